@@ -1,0 +1,1 @@
+"""Command groups of the `rvqspec` CLI; each module defines `register(app: typer.Typer)`."""
