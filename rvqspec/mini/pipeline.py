@@ -1,0 +1,129 @@
+"""The mini world end to end: text -> frame-aligned phonemes -> talker + code predictor -> codes ->
+codec -> waveform, and intelligibility of the result through a recognizer.
+
+This is what `rvqspec synthesize`, `rvqspec wer`, the notebooks, the SPADE evaluation and the main
+job share. The inner loop is pluggable (`inner=`): the AR code predictor by default, or a
+`SpeculativeCodePredictor` over the same weights.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from rvqspec.sampling import Sampling
+from rvqspec.tts import FrameCompleter, SynthesisStats, synthesize_codes
+
+REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "mini"
+
+
+def default_data_dir() -> Path:
+    """The committed artifacts of the embedded default (data/mini in the repository)."""
+    return REPO_DATA
+
+
+@dataclass
+class Synthesis:
+    text: str
+    language: str
+    seed: int
+    audio: np.ndarray  # (samples,) float32 at `sample_rate`
+    codes: torch.Tensor  # (T, 16) long
+    stats: SynthesisStats
+    sample_rate: int = 16000
+    seconds: float = 0.0  # wall-clock of synthesis (codes only, without the codec decoder)
+
+
+@dataclass
+class MiniTTS:
+    """The mini Qwen3-TTS: model (official layout), phoneme tokenizer, codec."""
+
+    model: object  # rvqspec.checkpoint.Qwen3TTS
+    tokenizer: object  # rvqspec.mini.phonemes.PhonemeTokenizer
+    codec: object  # rvqspec.mini.codec.RVQCodec
+    model_dir: Path | None = None
+    _text_cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, data_dir: str | Path | None = None, model_dir: str | Path | None = None,
+             codec_dir: str | Path | None = None, dtype: torch.dtype = torch.float32) -> "MiniTTS":
+        from rvqspec.checkpoint import load_qwen3_tts
+        from rvqspec.mini.codec import RVQCodec
+        from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
+
+        data_dir = Path(data_dir) if data_dir else default_data_dir()
+        model_dir = Path(model_dir) if model_dir else data_dir / "model"
+        codec_dir = Path(codec_dir) if codec_dir else data_dir / "codec"
+        tok = model_dir / TOKENIZER_FILE
+        if not tok.exists():
+            raise FileNotFoundError(f"{tok}: the mini model's phoneme tokenizer is missing "
+                                    f"(run `rvqspec mini build` or pass model_dir=)")
+        model = load_qwen3_tts(model_dir, dtype=dtype)
+        codec = RVQCodec.load(codec_dir)
+        cb = int(codec.config.codebook_size)
+        if model.code_predictor.config.vocab_size != cb:
+            raise ValueError(f"{model_dir}: code predictor vocab {model.code_predictor.config.vocab_size} != "
+                             f"codec codebook_size {cb} ({codec_dir})")
+        return cls(model=model, tokenizer=PhonemeTokenizer.load(tok), codec=codec, model_dir=model_dir)
+
+    @property
+    def talker(self):
+        return self.model.talker
+
+    @property
+    def code_predictor(self):
+        return self.model.code_predictor
+
+    @property
+    def codebook_size(self) -> int:
+        return int(self.codec.config.codebook_size)
+
+    def text_ids(self, text: str, language: str) -> torch.Tensor:
+        """Frame-aligned phoneme tokens (T,) for `text` (espeak-ng timing; cached per text)."""
+        key = (text, language)
+        if key not in self._text_cache:
+            ids, _ = self.tokenizer.phonemize(text, language)
+            self._text_cache[key] = torch.as_tensor(np.asarray(ids), dtype=torch.long)
+        return self._text_cache[key]
+
+    def synthesize(self, text: str, language: str = "en", seed: int = 0, sampling: Sampling = Sampling(),
+                   inner: FrameCompleter | None = None, decode: bool = True) -> Synthesis:
+        ids = self.text_ids(text, language)
+        g = torch.Generator().manual_seed(seed)
+        t0 = time.perf_counter()
+        codes, stats = synthesize_codes(self.talker, self.code_predictor, ids, self.codebook_size,
+                                        sampling=sampling, generator=g, inner=inner)
+        seconds = time.perf_counter() - t0
+        audio = self.codec.decode(codes) if decode else np.zeros(0, dtype=np.float32)
+        return Synthesis(text=text, language=language, seed=seed, audio=np.asarray(audio, dtype=np.float32),
+                         codes=codes, stats=stats, sample_rate=int(self.codec.config.sample_rate), seconds=seconds)
+
+
+def intelligibility(tts: MiniTTS, texts: Sequence[str], language: str, recognizer, seeds: Sequence[int] = (0,),
+                    sampling: Sampling = Sampling(), inner: FrameCompleter | None = None,
+                    progress: bool = True) -> dict:
+    """Synthesize every text with every seed, transcribe, and score (WER; CER too, the headline for
+    ja/zh as in seed 000 Table 3). Returns corpus-level rates plus per-clip rows."""
+    from tqdm.auto import tqdm
+
+    from rvqspec.metrics import score
+
+    clips, refs, hyps = [], [], []
+    items = [(t, s) for s in seeds for t in texts]
+    for text, seed in tqdm(items, desc=f"synthesize+transcribe {language}", disable=not progress):
+        syn = tts.synthesize(text, language, seed=seed, sampling=sampling, inner=inner)
+        hyp = recognizer.transcribe([syn.audio], syn.sample_rate, language)[0]
+        clips.append(dict(text=text, seed=seed, hypothesis=hyp, frames=syn.stats.frames,
+                          tokens_per_call=syn.stats.tokens_per_call, seconds=syn.seconds,
+                          **{k: v for k, v in score([text], [hyp], language).items() if k in ("wer", "cer")}))
+        refs.append(text)
+        hyps.append(hyp)
+    total = score(refs, hyps, language)
+    frames = sum(c["frames"] for c in clips)
+    calls = sum(15 * c["frames"] / c["tokens_per_call"] for c in clips)
+    return dict(language=language, n=len(clips), wer=total["wer"], cer=total["cer"],
+                tokens_per_call=15 * frames / max(calls, 1e-9), clips=clips)

@@ -1,0 +1,245 @@
+"""Train the mini Qwen3-TTS model (talker + code predictor) on the mini corpus's codes.
+
+The model is the exact Qwen3-TTS architecture at small size (issue 3): a 4-layer talker of width
+192 and a 3-layer code predictor of width 128, so `small_to_mtp_projection` is a real Linear as in
+the 1.7B release. Both are trained jointly with teacher forcing on the Qwen3-TTS input scheme
+(`rvqspec.tts.talker_inputs`): cross-entropy on c0 from the talker's codec head plus cross-entropy
+on c1..c15 from the code predictor, whose prefill is [talker hidden, emb(c0)] exactly as at
+inference (the talker hidden carries gradient, as in the official sub-talker fine-tuning).
+The result is saved in the official checkpoint layout, so `load_qwen3_tts` reads it exactly as it
+reads a real checkpoint, with the phoneme tokenizer and the codec config beside it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from rvqspec.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+from rvqspec.model import CodeDecoder, MultiCodeDecoder, causal_mask
+
+MINI_SPLIT = "model_train"
+NUM_SPECIAL_CODEC_TOKENS = 8  # pad, bos, eos, think, nothink, think_bos, think_eos, spare
+
+
+@dataclass(frozen=True)
+class MiniModelConfig:
+    """Sizes and training recipe of the mini model (one place for every default)."""
+
+    # talker (CodeDecoder)
+    talker_hidden: int = 192
+    talker_layers: int = 4
+    talker_heads: int = 4
+    talker_kv_heads: int = 2
+    talker_mlp: int = 576
+    text_hidden: int = 128
+    # code predictor (MultiCodeDecoder)
+    cp_hidden: int = 128
+    cp_layers: int = 3
+    cp_heads: int = 4
+    cp_kv_heads: int = 2
+    cp_mlp: int = 384
+    # training
+    steps: int = 2000
+    batch_utterances: int = 12
+    lr: float = 2e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    cp_loss_weight: float = 1.0
+    cp_frames: int = 192  # frames per step for the code-predictor loss (it dominates the compute)
+    max_frames: int = 96  # longer utterances are cropped to a random window
+    seed: int = 0
+    threads: int = 2
+
+    @classmethod
+    def toy(cls) -> "MiniModelConfig":
+        """Seconds on a CPU: for the CI smoke test of the whole recipe."""
+        return cls(talker_hidden=32, talker_layers=1, talker_heads=2, talker_kv_heads=1, talker_mlp=64,
+                   text_hidden=16, cp_hidden=16, cp_layers=1, cp_heads=2, cp_kv_heads=1, cp_mlp=32,
+                   steps=20, batch_utterances=4, max_frames=32)
+
+
+def model_config(cfg: MiniModelConfig, text_vocab_size: int, codebook_size: int) -> Qwen3TTSConfig:
+    """The official-layout config of the mini model: codec control tokens sit after the codebook."""
+    cb = codebook_size
+    t_head_dim = cfg.talker_hidden // cfg.talker_heads
+    half = t_head_dim // 2
+    # mrope sections must cover head_dim/2 frequencies; TTS passes one position to all three
+    mrope = (half - 2 * (half // 3), half // 3, half // 3)
+    talker = TalkerConfig(
+        vocab_size=cb + NUM_SPECIAL_CODEC_TOKENS, hidden_size=cfg.talker_hidden, intermediate_size=cfg.talker_mlp,
+        num_hidden_layers=cfg.talker_layers, num_attention_heads=cfg.talker_heads,
+        num_key_value_heads=cfg.talker_kv_heads, head_dim=t_head_dim, max_position_embeddings=4096,
+        mrope_section=mrope, text_vocab_size=text_vocab_size, text_hidden_size=cfg.text_hidden,
+        codec_pad_id=cb, codec_bos_id=cb + 1, codec_eos_token_id=cb + 2, codec_think_id=cb + 3,
+        codec_nothink_id=cb + 4, codec_think_bos_id=cb + 5, codec_think_eos_id=cb + 6)
+    cp = CodePredictorConfig(
+        vocab_size=cb, hidden_size=cfg.cp_hidden, intermediate_size=cfg.cp_mlp, num_hidden_layers=cfg.cp_layers,
+        num_attention_heads=cfg.cp_heads, num_key_value_heads=cfg.cp_kv_heads, head_dim=cfg.cp_hidden // cfg.cp_heads,
+        max_position_embeddings=64, talker_hidden_size=cfg.talker_hidden)
+    return Qwen3TTSConfig(talker=talker, code_predictor=cp, tts_model_type="mini", tts_model_size="mini",
+                          tokenizer_type="rvqspec_phoneme")
+
+
+def _load_split(corpus_dir: Path, split: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(text ids per utterance (T,), codes per utterance (T, 16)) of one corpus split."""
+    import datasets
+
+    ds = datasets.load_from_disk(str(corpus_dir))
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise KeyError(f"{corpus_dir}: no split {split!r} (has {list(ds)})")
+        ds = ds[split]
+    else:
+        ds = ds.filter(lambda s: s == split, input_columns="split")
+    for col in ("phoneme_frames", "codes"):
+        if col not in ds.column_names:
+            raise KeyError(f"{corpus_dir}: column {col!r} is missing (has {ds.column_names})")
+    texts, codes = [], []
+    for row in ds.select_columns(["phoneme_frames", "codes"]):
+        t = np.asarray(row["phoneme_frames"], dtype=np.int64)  # (T,)
+        c = np.asarray(row["codes"], dtype=np.int64)  # (T, 16)
+        if c.ndim != 2 or c.shape[1] != 16 or c.shape[0] != t.shape[0]:
+            raise ValueError(f"{corpus_dir}: codes {c.shape} do not match phoneme_frames {t.shape}")
+        texts.append(t)
+        codes.append(c)
+    if not texts:
+        raise ValueError(f"{corpus_dir}: split {split!r} is empty")
+    return texts, codes
+
+
+def _batch(texts, codes, idx, max_frames: int, rng: np.random.Generator):
+    """Right-padded batch: text (B, T), codes (B, T, 16), valid (B, T) bool."""
+    crops = []
+    for i in idx:
+        T = len(texts[i])
+        s = int(rng.integers(0, T - max_frames + 1)) if T > max_frames else 0
+        crops.append((texts[i][s:s + max_frames], codes[i][s:s + max_frames]))
+    T = max(len(t) for t, _ in crops)
+    tb = np.zeros((len(idx), T), dtype=np.int64)  # (B, T)
+    cb = np.zeros((len(idx), T, 16), dtype=np.int64)  # (B, T, 16)
+    vb = np.zeros((len(idx), T), dtype=bool)  # (B, T)
+    for b, (t, c) in enumerate(crops):
+        tb[b, :len(t)], cb[b, :len(t)], vb[b, :len(t)] = t, c, True
+    return torch.from_numpy(tb), torch.from_numpy(cb), torch.from_numpy(vb)
+
+
+def losses(talker: CodeDecoder, cp: MultiCodeDecoder, text: torch.Tensor, codes: torch.Tensor,
+           valid: torch.Tensor, cp_frames: int | None = None, generator: torch.Generator | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced (c0 loss, c1..c15 loss) of one batch: text (B, T), codes (B, T, 16), valid (B, T).
+    The code-predictor loss uses at most `cp_frames` random frames of the batch."""
+    from rvqspec.tts import teacher_forced_talker, training_cache
+
+    hidden, logits = teacher_forced_talker(talker, cp, text, codes)  # (B, T, E), (B, T, V)
+    loss_c0 = F.cross_entropy(logits[valid], codes[..., 0][valid])
+    h = hidden[valid].unsqueeze(1)  # (N, 1, E): one code-predictor sequence per real frame
+    fc = codes[valid]  # (N, 16)
+    if cp_frames is not None and h.shape[0] > cp_frames:
+        keep = torch.randperm(h.shape[0], generator=generator)[:cp_frames]
+        h, fc = h[keep], fc[keep]
+    # prefill [h_talker, emb(c0)] then emb(c1..c14): the whole inner loop teacher-forced at once
+    groups = torch.arange(15)  # (15,) group g embeds c_g with table g (g=0: talker codec embedding)
+    x = torch.cat([h, cp.embed_codes(fc[:, :15], groups)], dim=1)  # (N, 16, E)
+    N = x.shape[0]
+    pos = torch.arange(16).view(1, 16)
+    cache = training_cache(cp, N, 16, x.dtype)
+    heads = torch.arange(15)
+    hid, _ = cp(x, pos.expand(N, 16), cache, torch.arange(16), causal_mask(pos, 16, x.dtype))
+    cp_logits = cp.lm_logits(hid[:, 1:], heads)  # (N, 15, V): head p-1 at position p emits c_p
+    loss_cp = F.cross_entropy(cp_logits.reshape(-1, cp_logits.shape[-1]), fc[:, 1:].reshape(-1))
+    return loss_c0, loss_cp
+
+
+def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str | Path, toy: bool = False,
+                     config: MiniModelConfig | None = None, tokenizer_path: str | Path | None = None) -> dict:
+    """Train the mini model and save it in the official layout at out_dir. Returns metrics."""
+    from rvqspec.checkpoint import Qwen3TTS, save_qwen3_tts
+    from rvqspec.mini.codec import RVQCodec
+    from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
+
+    cfg = config or (MiniModelConfig.toy() if toy else MiniModelConfig())
+    corpus_dir, codec_dir, out_dir = Path(corpus_dir), Path(codec_dir), Path(out_dir)
+    torch.set_num_threads(cfg.threads)
+    tok_path = Path(tokenizer_path) if tokenizer_path else _find_tokenizer(corpus_dir)
+    tokenizer = PhonemeTokenizer.load(tok_path)
+    codec = RVQCodec.load(codec_dir)
+    cb = int(codec.config.codebook_size)
+    qcfg = model_config(cfg, tokenizer.vocab_size, cb)
+    texts, codes = _load_split(corpus_dir, MINI_SPLIT)
+    if max(int(c.max()) for c in codes) >= cb:
+        raise ValueError(f"{corpus_dir}: codes exceed the codec's codebook_size {cb}")
+
+    g = torch.Generator().manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    talker, cp = CodeDecoder(qcfg.talker), MultiCodeDecoder(qcfg.code_predictor)
+    cp.set_c0_embedding(talker.model.codec_embedding)
+    params = list(talker.parameters()) + list(cp.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
+    rng = np.random.default_rng(cfg.seed)
+    t0 = time.time()
+    history = []
+    bar = tqdm(range(cfg.steps), desc="mini model", unit="step")
+    for step in bar:
+        idx = rng.choice(len(texts), size=min(cfg.batch_utterances, len(texts)), replace=False)
+        text, code, valid = _batch(texts, codes, idx, cfg.max_frames, rng)
+        l0, lc = losses(talker, cp, text, code, valid, cfg.cp_frames, g)
+        loss = l0 + cfg.cp_loss_weight * lc
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        history.append((float(l0), float(lc)))
+        if step % 20 == 0:
+            bar.set_postfix(c0=f"{l0.item():.3f}", cp=f"{lc.item():.3f}")
+    talker.eval(), cp.eval()
+    val = _validation_loss(talker, cp, corpus_dir)
+    metrics = dict(train_seconds=round(time.time() - t0, 1), steps=cfg.steps,
+                   final_train_loss_c0=float(np.mean([h[0] for h in history[-50:]])),
+                   final_train_loss_cp=float(np.mean([h[1] for h in history[-50:]])), **val)
+    model = Qwen3TTS(talker=talker, code_predictor=cp, config=qcfg, path=None)
+    tmp = out_dir.with_name(out_dir.name + ".tmp-train")
+    save_qwen3_tts(model, tmp)
+    tokenizer.save(tmp / TOKENIZER_FILE)
+    (tmp / "mini_model.json").write_text(json.dumps(
+        dict(config=asdict(cfg), codebook_size=cb, codec=str(codec_dir), metrics=metrics), indent=2))
+    if out_dir.exists():
+        import shutil
+
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+    return metrics
+
+
+@torch.no_grad()
+def _validation_loss(talker, cp, corpus_dir: Path, split: str = "validation", limit: int = 64) -> dict:
+    """Teacher-forced losses on held-out English text (nats per code)."""
+    try:
+        texts, codes = _load_split(corpus_dir, split)
+    except (KeyError, ValueError):
+        return {}
+    rng = np.random.default_rng(0)
+    idx = np.arange(min(limit, len(texts)))
+    text, code, valid = _batch(texts, codes, idx, 10_000, rng)
+    l0, lc = losses(talker, cp, text, code, valid)
+    return dict(val_loss_c0=float(l0), val_loss_cp=float(lc))
+
+
+def _find_tokenizer(corpus_dir: Path) -> Path:
+    from rvqspec.mini.phonemes import TOKENIZER_FILE
+
+    for cand in (corpus_dir / TOKENIZER_FILE, corpus_dir.parent / TOKENIZER_FILE,
+                 corpus_dir.parent / "tokenizer" / TOKENIZER_FILE):
+        if cand.exists():
+            return cand
+    raise FileNotFoundError(f"no {TOKENIZER_FILE} next to {corpus_dir}; pass tokenizer_path=")

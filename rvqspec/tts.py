@@ -1,0 +1,153 @@
+"""The frame loop of Qwen3-TTS (seed 000 Figure 1) over our model core.
+
+Input scheme (official talker generate): the talker input of frame t is the text embedding of
+that frame's text token plus the sum of the 16 code embeddings of frame t-1 (the codec BOS
+embedding at t = 0); the talker's last hidden state and its sampled c0 condition the code
+predictor, which completes c1..c15. Once the text runs out the official model adds the tts_pad
+embedding; the mini world's text stream is frame-aligned (one phoneme token per frame, timing from
+espeak-ng), so it never runs out and the frame count is the length of the text stream.
+
+The inner loop is pluggable: any object with `generate_frame(talker_hidden, c0, sampling=,
+generator=)` (the AR `MultiCodeDecoder`, or `rvqspec.SpeculativeCodePredictor`, which also
+returns stats) completes a frame, so AR and speculative synthesis share everything else.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+from rvqspec.model import CodeDecoder, MultiCodeDecoder, causal_mask
+from rvqspec.sampling import Sampling, sample_logits
+
+
+class FrameCompleter(Protocol):
+    def generate_frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling = ...,
+                       generator: torch.Generator | None = ...): ...
+
+
+@dataclass
+class SynthesisStats:
+    """What one utterance cost: frames, code-predictor calls, and the time split between the talker
+    (outer loop) and the code predictor (inner loop)."""
+
+    frames: int = 0
+    inner_calls: int = 0
+    talker_seconds: float = 0.0
+    inner_seconds: float = 0.0
+    accepted_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Inner-loop codes (15 per frame) per code-predictor call; 1.0 for AR."""
+        return 15 * self.frames / max(self.inner_calls, 1)
+
+
+def codec_vocab_mask(talker: CodeDecoder, codebook_size: int) -> torch.Tensor:
+    """Additive (V,) mask that keeps c0 inside the codebook: control tokens (BOS, pad, ...) share
+    the talker's codec vocabulary but are never audio codes (the official generate suppresses them)."""
+    m = torch.zeros(talker.config.vocab_size)
+    m[codebook_size:] = float("-inf")
+    return m
+
+
+@torch.inference_mode()
+def synthesize_codes(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
+                     codebook_size: int, sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
+                     inner: FrameCompleter | None = None, talker_sampling: Sampling | None = None,
+                     on_frame: Callable[[int, torch.Tensor], None] | None = None
+                     ) -> tuple[torch.Tensor, SynthesisStats]:
+    """Free-running synthesis of one utterance: text_ids (T,) long frame-aligned text tokens ->
+    codes (T, 16) long. `inner` completes c1..c15 (default: the AR code predictor); `sampling` is
+    the code predictor's (subtalker) sampling and `talker_sampling` the talker's (default: same)."""
+    if text_ids.dim() != 1 or text_ids.numel() == 0:
+        raise ValueError(f"text_ids must be a non-empty (T,) tensor, got shape {tuple(text_ids.shape)}")
+    inner = inner or code_predictor
+    talker_sampling = talker_sampling or sampling
+    T = text_ids.numel()
+    dtype = next(talker.parameters()).dtype
+    text_h = talker.text_embed(text_ids.view(1, T)).to(dtype)  # (1, T, E)
+    bos = talker.codec_embed(torch.tensor([[talker.config.codec_bos_id]])).to(dtype)  # (1, 1, E)
+    cache = talker.new_cache(1, T)
+    positions = torch.arange(T).view(1, T)  # (1, T)
+    mask = causal_mask(positions, T, dtype)  # (1, 1, T, T)
+    vocab_mask = codec_vocab_mask(talker, codebook_size).to(dtype)  # (V,)
+    codes = torch.empty(T, 16, dtype=torch.long)  # (T, 16)
+    stats = SynthesisStats()
+    x = text_h[:, :1] + bos  # (1, 1, E)
+    for t in range(T):
+        t0 = time.perf_counter()
+        h, logits = talker(x, positions[:, t:t + 1], cache, positions[0, t:t + 1], mask[:, :, t:t + 1])
+        c0 = sample_logits(logits[:, -1] + vocab_mask, talker_sampling, generator).view(1, 1)  # (1, 1)
+        t1 = time.perf_counter()
+        out = inner.generate_frame(h[:, -1:], c0, sampling=sampling, generator=generator)
+        rest, spec_stats = out if isinstance(out, tuple) else (out, None)
+        t2 = time.perf_counter()
+        frame = torch.cat([c0, rest.view(1, 15)], dim=1)  # (1, 16)
+        codes[t] = frame[0]
+        stats.frames += 1
+        stats.talker_seconds += t1 - t0
+        stats.inner_seconds += t2 - t1
+        if spec_stats is None:
+            stats.inner_calls += 15
+        else:
+            stats.inner_calls += int(spec_stats.calls)
+            stats.accepted_lengths.extend(int(a) for a in spec_stats.accepted_lengths)
+        if on_frame is not None:
+            on_frame(t, frame)
+        if t + 1 < T:
+            x = talker.frame_embedding(frame, code_predictor).to(dtype) + text_h[:, t + 1:t + 2]  # (1, 1, E)
+    return codes, stats
+
+
+def talker_inputs(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
+                  codes: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced talker inputs (B, T, E) for text_ids (B, T) and codes (B, T, 16): frame t sees
+    its own text token plus frame t-1's code-embedding sum (codec BOS at t = 0)."""
+    B, T = text_ids.shape
+    text_h = talker.text_embed(text_ids)  # (B, T, E)
+    bos = talker.codec_embed(torch.full((B, 1), talker.config.codec_bos_id, dtype=torch.long))  # (B, 1, E)
+    if T == 1:
+        return text_h + bos
+    prev = codes[:, :-1].reshape(B * (T - 1), 16)  # (B*(T-1), 16)
+    frame_sums = talker.frame_embedding(prev, code_predictor).view(B, T - 1, -1)  # (B, T-1, E)
+    return text_h + torch.cat([bos, frame_sums], dim=1)
+
+
+def teacher_forced_talker(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
+                          codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the talker over a whole utterance batch with teacher forcing: text_ids (B, T), codes
+    (B, T, 16) -> (hidden (B, T, E), c0 logits (B, T, V)). Right padding needs no key mask: the
+    causal mask already hides later (padded) frames from every real frame."""
+    B, T = text_ids.shape
+    x = talker_inputs(talker, code_predictor, text_ids, codes)  # (B, T, E)
+    positions = torch.arange(T).view(1, T).expand(B, T)  # (B, T)
+    cache = training_cache(talker, B, T, x.dtype)
+    return talker(x, positions, cache, torch.arange(T), causal_mask(positions[:1], T, x.dtype))
+
+
+@dataclass
+class _LayerListCache:
+    k: list
+    v: list
+
+
+def training_cache(model, batch: int, length: int, dtype: torch.dtype) -> _LayerListCache:
+    """A cache with one separate tensor per layer: the static KVCache stacks all layers in one
+    tensor, so writing layer i+1 bumps the version autograd saved for layer i; separate tensors
+    let a whole-sequence teacher-forced forward be differentiated."""
+    c = model.config
+    shape = (batch, c.num_key_value_heads, length, c.head_dim)
+    return _LayerListCache(k=[torch.zeros(shape, dtype=dtype) for _ in range(c.num_hidden_layers)],
+                           v=[torch.zeros(shape, dtype=dtype) for _ in range(c.num_hidden_layers)])
+
+
+@torch.inference_mode()
+def teacher_forced_frames(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
+                          codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For drafter extraction (seed 000 §2.2 "Training the offsets"): one utterance, text_ids (T,),
+    codes (T, 16) -> (talker hidden per frame (T, E), codes (T, 16))."""
+    hidden, _ = teacher_forced_talker(talker, code_predictor, text_ids.view(1, -1), codes.view(1, -1, 16))
+    return hidden[0], codes
