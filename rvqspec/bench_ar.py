@@ -1,0 +1,202 @@
+"""AR baseline latency of the code predictor: ours vs the official HF `generate` loop vs the
+memory-bandwidth floor, on the same weights and dtype, in one run (the machine is shared and
+noisy, so only same-run ratios mean much).
+
+Measured per dtype in interleaved rounds (each round times one official frame, one of our frames,
+a few single steps and one bandwidth sample, so all see the same load; medians over the rounds
+after warm-up rounds, plus paired per-round ratios):
+- `ours_step_ms`: one single-token `MultiCodeDecoder.forward` (q=1, 16-slot static cache, one head);
+- `ours_frame_ms`: one whole `generate_frame` (prefill q=2 + 14 steps + sampling); per call = /15;
+- `official_frame_ms`: `Qwen3TTSTalkerCodePredictorModelForConditionalGeneration.generate(
+   max_new_tokens=15)` with the deployed subtalker sampling; per call = /15;
+- `matmul_stack_ms`: only the matmuls one q=1 call does (7 per layer + one head), same weights:
+  what is left of a step once every other op is free (the kernels' own efficiency);
+- `floor_ms`: weight bytes one call reads (`CodePredictorConfig.params_per_call`) / the read
+  bandwidth measured in the same run (summing a float32 tensor much larger than the caches).
+"""
+from __future__ import annotations
+
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from rvqspec.config import CodePredictorConfig
+
+# Light at import time (the CLI reads BenchARConfig defaults): torch is imported in the functions.
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class BenchARConfig:
+    preset: str = "0.6b"          # CodePredictorConfig.from_name(preset), random weights
+    calls: int = 200              # timed single-step calls (spread over the rounds)
+    frames: int = 20              # timed rounds = frames of ours and of the official loop each
+    warmup: int = 3               # untimed rounds first
+    dtypes: tuple[str, ...] = ("float32", "bfloat16")
+    threads: int = 2
+    batch: int = 1
+    bandwidth_mib: int = 1024     # size of the tensor summed to measure read bandwidth
+    official: bool = True         # also time the official generate loop
+    seed: int = 0
+    c0_vocab: int = 3072          # talker codec vocabulary (the c0 table)
+    sampling: dict = field(default_factory=dict)  # Sampling(**sampling); {} = deployed subtalker defaults
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def make_bandwidth_probe(mib: int):
+    import torch
+
+    """A function returning one read-bandwidth sample (bytes/s): sum a float32 tensor of `mib` MiB,
+    far larger than the CPU caches, so the sum streams from DRAM."""
+    x = torch.ones(mib * 2 ** 20 // 4, dtype=torch.float32)  # (N,)
+    x.sum()
+    return lambda: x.numel() * 4 / _timed(x.sum)
+
+
+def _official_predictor(cfg: CodePredictorConfig, seed: int):
+    """The official code predictor module (random init, fixed seed) for this config."""
+    import torch
+
+    from rvqspec.official import import_official
+
+    _, C = import_official()
+    official_cfg = cfg.to_official()
+    official_cfg.pop("model_type", None)
+    cp_cfg = C.Qwen3TTSTalkerCodePredictorConfig(**official_cfg)
+    talker_cfg = C.Qwen3TTSTalkerConfig(hidden_size=cfg.talker_hidden_size, code_predictor_config=cp_cfg,
+                                        num_code_groups=cfg.num_code_groups,
+                                        rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 1],
+                                                      "interleaved": True})
+    M, _ = import_official()
+    torch.manual_seed(seed)
+    return M.Qwen3TTSTalkerCodePredictorModelForConditionalGeneration(cp_cfg, talker_cfg).eval()
+
+
+def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig | None = None,
+                 progress: bool = True) -> dict:
+    """Run the benchmark; returns a JSON-able dict (see module docstring for the fields)."""
+    import torch
+    from tqdm import tqdm
+
+    from rvqspec.sampling import Sampling
+    from rvqspec.checkpoint import build_from_state_dict
+    from rvqspec.model import MultiCodeDecoder, causal_mask
+
+    cfg = cfg or CodePredictorConfig.from_name(bc.preset)
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(bc.threads)
+    try:
+        probe = make_bandwidth_probe(bc.bandwidth_mib)
+        per_call = cfg.params_per_call()
+        result = {"config": asdict(cfg), "bench": {k: (list(v) if isinstance(v, tuple) else v)
+                                                   for k, v in asdict(bc).items()},
+                  "torch": torch.__version__, "machine": platform.machine(), "threads": bc.threads,
+                  "params_per_call": per_call, "dtypes": {}}
+        base = _official_predictor(cfg, bc.seed) if bc.official else None
+        g = torch.Generator().manual_seed(bc.seed)
+        c0_table = torch.nn.Embedding(bc.c0_vocab, cfg.talker_hidden_size)  # stands in for the talker table
+        for name in bc.dtypes:
+            if name not in DTYPES:
+                raise ValueError(f"unknown dtype {name!r}; choose from {list(DTYPES)}")
+            dtype = getattr(torch, name)
+            if base is not None:
+                off = base.to(dtype)
+                ours = build_from_state_dict(MultiCodeDecoder, cfg, dict(off.state_dict()))  # the same tensors
+            else:
+                torch.manual_seed(bc.seed)
+                ours = MultiCodeDecoder(cfg).to(dtype).eval()
+            c0 = torch.nn.Embedding(c0_table.num_embeddings, cfg.talker_hidden_size).to(dtype)
+            with torch.no_grad():
+                c0.weight.copy_(c0_table.weight)
+            ours.set_c0_embedding(c0)
+            B = bc.batch
+            th = torch.randn(B, 1, cfg.talker_hidden_size, generator=g).to(dtype)  # (B, 1, E)
+            c0_ids = torch.randint(0, c0.num_embeddings, (B, 1), generator=g)
+
+            # single step at position 8 (head 7), as inside the AR loop
+            cache = ours.new_cache(B, cfg.num_code_groups)
+            x = torch.randn(B, 1, cfg.talker_hidden_size, generator=g).to(dtype)
+            pos = torch.full((B, 1), 8)
+            mask = causal_mask(pos[:1], cfg.num_code_groups, dtype)
+            slots = torch.tensor([8])
+            frame_gen = torch.Generator().manual_seed(bc.seed + 1)
+            s = Sampling(**bc.sampling)
+            emb = torch.cat([th, c0(c0_ids)], 1)  # (B, 2, E)
+
+            def step():
+                with torch.inference_mode():
+                    ours(x, pos, cache, slots, mask, heads=7)
+
+            def frame():
+                ours.generate_frame(th, c0_ids, s, frame_gen)
+
+            # Reference: only the q=1 matmuls one call must do (same weights, no attention, norms or
+            # bookkeeping): the best an eager PyTorch step could reach with these kernels.
+            mats = [lin.weight for layer in ours.model.layers for lin in (
+                layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
+                layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)] + [ours.lm_head[7].weight]
+            vecs = [torch.randn(B, 1, w.shape[1], generator=g).to(dtype) for w in mats]
+
+            def matmul_stack():
+                with torch.inference_mode():
+                    for w, v in zip(mats, vecs):
+                        torch.nn.functional.linear(v, w)
+
+            def official_frame():
+                with torch.inference_mode():
+                    off.generate(inputs_embeds=emb, max_new_tokens=cfg.num_code_groups - 1, do_sample=s.do_sample,
+                                 top_k=s.top_k, top_p=s.top_p, temperature=s.temperature)
+
+            # Interleaved rounds: each round times one official frame, one of our frames, a few of
+            # our single steps and one bandwidth sample, so all of them see the same machine load
+            # (the machine is shared); per-round ratios are paired.
+            steps_per_round = max(1, bc.calls // max(1, bc.frames))
+            t = {"step": [], "frame": [], "official": [], "bw": [], "mm": []}
+            for rnd in tqdm(range(bc.warmup + bc.frames), desc=f"bench ar {name}", file=sys.stderr,
+                            disable=not progress, leave=False):
+                sample = {"official": _timed(official_frame) if base is not None else None,
+                          "frame": _timed(frame),
+                          "step": statistics.median(_timed(step) for _ in range(steps_per_round)),
+                          "mm": _timed(matmul_stack), "bw": probe()}
+                if rnd >= bc.warmup:
+                    for k, v in sample.items():
+                        t[k].append(v)
+            med = {k: statistics.median(v) for k, v in t.items() if v and v[0] is not None}
+            bytes_el = torch.empty(0, dtype=dtype).element_size()
+            wbytes = per_call["total"] * bytes_el
+            step_ms, frame_ms = 1e3 * med["step"], 1e3 * med["frame"]
+            floor_ms = 1e3 * wbytes / med["bw"]
+            r = {"rounds": bc.frames, "steps_per_round": steps_per_round,
+                 "ours_step_ms": step_ms, "matmul_stack_ms": 1e3 * med["mm"],
+                 "ours_step_over_matmul_stack": step_ms / (1e3 * med["mm"]), "ours_frame_ms": frame_ms, "ours_frame_per_call_ms": frame_ms / 15,
+                 "read_bandwidth_GBps": med["bw"] / 1e9, "weight_bytes_per_call": wbytes, "floor_ms": floor_ms,
+                 "ours_step_over_floor": step_ms / floor_ms,
+                 "ours_frame_per_call_over_floor": frame_ms / 15 / floor_ms,
+                 "ours_step_over_floor_paired": statistics.median(
+                     st * b / wbytes for st, b in zip(t["step"], t["bw"]))}
+            if base is not None:
+                off_ms = 1e3 * med["official"]
+                r.update(official_frame_ms=off_ms, official_per_call_ms=off_ms / 15,
+                         speedup_frame_vs_official=off_ms / frame_ms,
+                         speedup_frame_vs_official_paired=statistics.median(
+                             o / f for o, f in zip(t["official"], t["frame"])),
+                         speedup_step_vs_official_per_call=(off_ms / 15) / step_ms)
+            result["dtypes"][name] = r
+            del ours
+        targets = {}
+        for name, r in result["dtypes"].items():
+            if "speedup_frame_vs_official" in r:
+                targets[f"{name}: generate_frame >= 1.5x official"] = r["speedup_frame_vs_official"] >= 1.5
+        if "bfloat16" in result["dtypes"]:
+            targets["bfloat16: step within 3x of bandwidth floor"] = result["dtypes"]["bfloat16"]["ours_step_over_floor"] <= 3
+        result["targets_met"] = targets
+        return result
+    finally:
+        torch.set_num_threads(prev_threads)

@@ -1,0 +1,87 @@
+"""`rvqspec info` and `rvqspec bench ar` (the bench function on a tiny config: a smoke test of the
+JSON it reports, not of the speed)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from rvqspec.bench_ar import BenchARConfig, run_bench_ar
+from rvqspec.checkpoint import Qwen3TTS, save_qwen3_tts
+from rvqspec.cli import app
+from rvqspec.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+from rvqspec.model import CodeDecoder, MultiCodeDecoder
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory) -> tuple[Path, Qwen3TTS]:
+    torch.manual_seed(0)
+    t = TalkerConfig(vocab_size=30, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=12, mrope_section=(2, 2, 2), text_vocab_size=20, text_hidden_size=16)
+    c = CodePredictorConfig(vocab_size=16, hidden_size=32, intermediate_size=40, num_hidden_layers=3,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, talker_hidden_size=48)
+    m = Qwen3TTS(config=Qwen3TTSConfig(talker=t, code_predictor=c), talker=CodeDecoder(t), code_predictor=MultiCodeDecoder(c))
+    return save_qwen3_tts(m, tmp_path_factory.mktemp("cli") / "ckpt"), m
+
+
+def test_info_json_counts_match_the_modules(tiny_ckpt) -> None:
+    path, m = tiny_ckpt
+    res = runner.invoke(app, ["info", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["talker"]["num_hidden_layers"] == 2 and data["code_predictor"]["num_hidden_layers"] == 3
+    assert data["code_predictor"]["small_to_mtp_projection"] is True
+    params = data["parameters"]
+    assert params["talker"]["total"] == sum(p.numel() for p in m.talker.parameters())
+    assert params["code_predictor"]["total"] == sum(p.numel() for p in m.code_predictor.parameters())
+    assert params["code_predictor"]["layers"] == sum(p.numel() for p in m.code_predictor.model.layers.parameters())
+    assert params["code_predictor"]["lm_heads"] == 15 * 16 * 32
+    # one call: all layers + final norm + one head + one embedding row + projection
+    cp = m.code_predictor
+    expected = (params["code_predictor"]["layers"] + 32 + 16 * 32 + 48
+                + sum(p.numel() for p in cp.small_to_mtp_projection.parameters()))
+    call = data["code_predictor_call"]
+    assert call["params"]["total"] == expected
+    assert call["bytes_stored_dtype"] == 4 * expected and call["bytes_bfloat16"] == 2 * expected
+    assert data["stored_dtype"] == "F32"
+
+
+def test_info_table_and_errors(tiny_ckpt, tmp_path: Path) -> None:
+    path, _ = tiny_ckpt
+    res = runner.invoke(app, ["info", str(path)])
+    assert res.exit_code == 0 and "code predictor call reads" in res.output
+    res = runner.invoke(app, ["info", str(tmp_path / "missing")])
+    assert res.exit_code == 2 and "not found" in res.output
+
+
+def test_bench_ar_help_lists_options() -> None:
+    res = runner.invoke(app, ["bench", "ar", "--help"])
+    assert res.exit_code == 0
+    for opt in ("--calls", "--warmup", "--dtypes", "--threads", "--json"):
+        assert opt in res.output
+
+
+def test_bench_ar_smoke_tiny() -> None:
+    cfg = CodePredictorConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, talker_hidden_size=40)
+    bc = BenchARConfig(calls=4, frames=2, warmup=1, bandwidth_mib=8, c0_vocab=32, threads=1)
+    r = run_bench_ar(bc, cfg=cfg, progress=False)
+    json.dumps(r)  # JSON-able
+    assert set(r["dtypes"]) == {"float32", "bfloat16"}
+    for d in r["dtypes"].values():
+        for k in ("ours_step_ms", "ours_frame_ms", "official_frame_ms", "floor_ms", "read_bandwidth_GBps",
+                  "speedup_frame_vs_official", "ours_step_over_floor"):
+            assert d[k] > 0, k
+        assert d["ours_frame_per_call_ms"] == pytest.approx(d["ours_frame_ms"] / 15)
+        assert d["official_per_call_ms"] == pytest.approx(d["official_frame_ms"] / 15)
+    assert r["dtypes"]["bfloat16"]["weight_bytes_per_call"] * 2 == r["dtypes"]["float32"]["weight_bytes_per_call"]
+    assert r["params_per_call"]["total"] == cfg.params_per_call()["total"]
+    assert any("bandwidth floor" in k for k in r["targets_met"])
+    with pytest.raises(ValueError, match="unknown dtype"):
+        run_bench_ar(BenchARConfig(calls=1, frames=1, warmup=0, bandwidth_mib=1, c0_vocab=32, threads=1,
+                                   official=False, dtypes=("int8",)), cfg=cfg, progress=False)
