@@ -47,16 +47,16 @@ class MiniModelConfig:
     cp_kv_heads: int = 2
     cp_mlp: int = 384
     # training
-    steps: int = 2000
-    batch_utterances: int = 12
-    lr: float = 2e-3
+    steps: int = 1000
+    batch_utterances: int = 8
+    lr: float = 3e-3
     warmup_steps: int = 100
     weight_decay: float = 0.01
     cp_loss_weight: float = 1.0
-    cp_frames: int = 192  # frames per step for the code-predictor loss (it dominates the compute)
-    max_frames: int = 96  # longer utterances are cropped to a random window
+    cp_frames: int = 128  # frames per step for the code-predictor loss (it dominates the compute)
+    max_frames: int = 80  # longer utterances are cropped to a random window
     seed: int = 0
-    threads: int = 2
+    threads: int = 1  # 2 threads oversubscribe a shared 2-core machine
 
     @classmethod
     def toy(cls) -> "MiniModelConfig":

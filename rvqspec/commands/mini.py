@@ -1,0 +1,76 @@
+"""`rvqspec mini ...`: build and check the embedded mini world (corpus, codec, recognizer, model)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rvqspec.mini.paths import DEFAULT_DATA_DIR, DEFAULT_RUNS_DIR
+
+mini_app = typer.Typer(help="The embedded mini world: synthetic speech corpus, RVQ codec, recognizer, model.",
+                       no_args_is_help=True)
+
+
+@mini_app.command("build")
+def build_command(
+    toy: bool = typer.Option(False, "--toy", help="A few sentences and tiny codebooks: a CI smoke build."),
+    out: Path = typer.Option(DEFAULT_DATA_DIR, "--out", help="Committed artifacts (codes, codec, manifest)."),
+    runs: Path = typer.Option(DEFAULT_RUNS_DIR, "--runs", help="Uncommitted artifacts (corpus with audio)."),
+    steps: str = typer.Option("corpus,codec,recognizer,model", "--steps",
+                              help="Comma-separated steps, run in dependency order."),
+    threads: int = typer.Option(1, "--threads", help="torch threads (0: torch's default)."),
+    reuse_codec: bool = typer.Option(False, "--reuse-codec",
+                                     help="Codec step: keep the fitted codec in <out>/codec if its config matches."),
+) -> None:
+    """Build the mini world's artifacts and record them in <out>/manifest.json."""
+    from rvqspec.mini.build import BuildConfig, BuildError, build, parse_steps
+    from rvqspec.mini.paths import MiniPaths
+
+    try:
+        cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec)
+        manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
+    except (BuildError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"manifest: {Path(out) / 'manifest.json'} ({manifest['total_bytes'] / 1e6:.1f} MB of artifacts)")
+
+
+@mini_app.command("verify")
+def verify_command(
+    data: Path = typer.Option(DEFAULT_DATA_DIR, "--data", help="Directory with manifest.json."),
+) -> None:
+    """Check every artifact's size and sha256 (and the codec config) against the manifest."""
+    from rvqspec.mini.build import ArtifactError, verify_artifacts
+
+    try:
+        manifest = verify_artifacts(data)
+    except ArtifactError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"ok: {len(manifest['artifacts'])} files match {Path(data) / 'manifest.json'}")
+
+
+@mini_app.command("say")
+def say_command(
+    text: str = typer.Argument(..., help="Text to speak (Japanese in kana, Mandarin in hanzi)."),
+    lang: str = typer.Option("en", "--lang", help="en, de, es, ru, ja or zh."),
+    out: Path = typer.Option(Path("say.wav"), "--out", help="WAV file to write."),
+    codec: Path = typer.Option(None, "--codec", help="Codec directory: write the codec round trip instead."),
+) -> None:
+    """Speak text with espeak-ng (optionally through the codec: encode, decode) into a 16 kHz WAV."""
+    import soundfile as sf
+
+    from rvqspec.mini.speech import synthesize
+
+    utt = synthesize(text, lang)
+    audio = utt.audio
+    if codec is not None:
+        from rvqspec.mini.codec import RVQCodec
+        c = RVQCodec.load(codec)
+        audio = c.decode(c.encode(audio))
+    sf.write(str(out), audio, utt.sample_rate)
+    typer.echo(f"wrote {out} ({len(audio) / utt.sample_rate:.2f} s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(mini_app, name="mini")

@@ -1,0 +1,317 @@
+"""`rvqspec mini build`: every step of the mini world, in order, recorded in data/mini/manifest.json.
+
+Steps (issue 3):
+- corpus: sentences (text.py) -> espeak-ng speech (speech.py) -> phoneme tokenizer and frame tokens
+  (phonemes.py) -> runs/mini/corpus (with audio) and data/mini/corpus (without).
+- codec: fit the RVQ codec (codec.py) on model_train audio, encode every clip (codes column in both
+  corpus copies), measure quality on the held-out eval split; writes runs/mini/CORPUS_READY.
+- recognizer: `rvqspec.mini.recognizer.train_recognizer(corpus_dir, codec_dir, out_dir, config)`.
+- model: `rvqspec.mini.talker_train.train_mini_model(corpus_dir, codec_dir, out_dir, toy=...)`.
+
+The manifest keeps, per step, its config, timing and results, and for every file under data/mini its
+size and sha256; `verify_artifacts` checks both.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rvqspec.mini.paths import MANIFEST_FILE, MiniPaths
+
+STEPS = ("corpus", "codec", "recognizer", "model")
+MANIFEST_FORMAT = "rvqspec-mini-manifest"
+MANIFEST_VERSION = 1
+
+
+class BuildError(RuntimeError):
+    """A build step cannot run (a missing input or a missing step module)."""
+
+
+class ArtifactError(ValueError):
+    """data/mini does not match its manifest (a checksum, a size, a missing file, a config)."""
+
+
+@dataclass
+class BuildConfig:
+    toy: bool = False
+    steps: tuple[str, ...] = ("corpus", "codec")
+    codec_fit_clips: int | None = None  # None: all model_train clips (the codec caps frames itself)
+    quality_clips: int = 60  # eval clips for codec_quality (all languages; decoded: quality_decode)
+    quality_decode: int = 24
+    threads: int | None = None  # torch threads; None leaves torch's default
+    progress: bool = True
+    write_ready_flag: bool = True
+    reuse_codec: bool = False  # codec step: keep a fitted codec already at data/mini/codec (same config)
+
+    def corpus_config(self):
+        from rvqspec.mini.text import CorpusConfig
+        return CorpusConfig.toy() if self.toy else CorpusConfig()
+
+    def codec_config(self):
+        from rvqspec.mini.codec import CodecConfig
+        return CodecConfig.toy() if self.toy else CodecConfig()
+
+
+def _jsonable(obj):
+    if dataclasses.is_dataclass(obj):
+        return _jsonable(asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def artifact_table(data_dir: Path) -> dict[str, dict]:
+    """relative path -> {bytes, sha256} for every file under data_dir except the manifest itself."""
+    out = {}
+    for p in sorted(data_dir.rglob("*")):
+        rel = p.relative_to(data_dir).as_posix()
+        if not p.is_file() or rel == MANIFEST_FILE or any(part.startswith(".") for part in p.relative_to(data_dir).parts):
+            continue
+        out[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+    return out
+
+
+def _write_json_atomic(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; the manifest is committed
+    os.replace(tmp, path)
+
+
+def read_manifest(data_dir: str | os.PathLike) -> dict:
+    path = Path(data_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise ArtifactError(f"no manifest at {path} (run: rvqspec mini build)")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path} is not valid JSON: {exc}") from exc
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise ArtifactError(f"{path}: key 'format' is {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}")
+    return manifest
+
+
+# ------------------------------------------------------------------------------------------ steps
+def step_corpus(paths: MiniPaths, cfg: BuildConfig) -> dict:
+    from rvqspec.mini.corpus import build_corpus
+
+    corpus_config = cfg.corpus_config()
+    stats = build_corpus(paths.runs_corpus, paths.corpus, paths.tokenizer, corpus_config, progress=cfg.progress)
+    return {"config": {"corpus": _jsonable(corpus_config)}, "result": stats}
+
+
+def step_codec(paths: MiniPaths, cfg: BuildConfig) -> dict:
+    import numpy as np
+    import torch
+
+    from rvqspec.mini.codec import CONFIG_FILE as CODEC_CONFIG_FILE
+    from rvqspec.mini.codec import RVQCodec, codec_quality
+    from rvqspec.mini.corpus import add_codes, load_corpus
+
+    codec_config = cfg.codec_config()
+    dd = load_corpus(paths.runs_corpus, need_audio=True)
+    if "model_train" not in dd:
+        raise BuildError(f"{paths.runs_corpus} has no model_train split to fit the codec on")
+    saved_quality = None
+    if cfg.reuse_codec and (paths.codec / CODEC_CONFIG_FILE).is_file():
+        codec = RVQCodec.load(paths.codec)
+        if codec.config != codec_config:
+            raise BuildError(f"--reuse-codec: {paths.codec} was fitted with a different config than this build's")
+        meta = json.loads((paths.codec / CODEC_CONFIG_FILE).read_text())
+        n, fit_s = int(meta.get("fit", {}).get("clips", -1)), float(meta.get("fit", {}).get("seconds", float("nan")))
+        saved_quality = meta.get("quality")
+    else:
+        fit_ds = dd["model_train"]
+        n = len(fit_ds) if cfg.codec_fit_clips is None else min(cfg.codec_fit_clips, len(fit_ds))
+        rng = np.random.default_rng(codec_config.seed)
+        pick = np.sort(rng.permutation(len(fit_ds))[:n])
+        audios = [np.asarray(a, dtype=np.float32) for a in fit_ds.select(pick).with_format("numpy")["audio"]]
+        t0 = time.time()
+        codec = RVQCodec(codec_config).fit(audios, torch.Generator().manual_seed(codec_config.seed),
+                                           progress=cfg.progress)
+        fit_s = time.time() - t0
+        del audios
+        # save and encode before the quality report: training the recognizer and the model waits
+        # for codes and codec, and decoding with Griffin-Lim is the slow part of this step
+        codec.save(paths.codec, extra={"fit": {"clips": int(n), "seconds": round(fit_s, 1)}})
+    has_eval = "eval" in dd
+    del dd  # release the memory-mapped audio before add_codes rewrites the directory
+    stats = add_codes(paths.runs_corpus, paths.corpus, lambda a: codec.encode(a).numpy(),
+                      codec_config.codebook_size, progress=cfg.progress)
+    if cfg.write_ready_flag:
+        _write_ready_flag(paths, stats)
+    # held-out quality: the eval split (never seen by the codec fit), all languages, a fixed subset
+    quality = saved_quality or {}
+    held = load_corpus(paths.runs_corpus, need_audio=True)["eval"] if has_eval and not quality else None
+    if held is not None and len(held):
+        order = np.random.default_rng(1).permutation(len(held))[:cfg.quality_clips]
+        clips = held.select(np.sort(order)).with_format("numpy")
+        audios = [np.asarray(a, dtype=np.float32) for a in clips["audio"]]
+        langs = list(clips["language"])
+        quality = codec_quality(codec, audios, decode_limit=cfg.quality_decode, progress=cfg.progress)
+        en = [a for a, lang in zip(audios, langs) if lang == "en"]
+        if en:
+            quality["english"] = codec_quality(codec, en, decode_limit=min(cfg.quality_decode, len(en)),
+                                               progress=cfg.progress)
+    return {"config": {"codec": _jsonable(codec_config), "fit_clips": int(n)},
+            "result": {"fit_seconds": round(fit_s, 1), "quality": quality, "corpus": stats}}
+
+
+def _import_step(module: str, name: str) -> Callable:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name) or exc.name == module:
+            raise BuildError(f"build step needs {module}.{name}, but {module} does not exist yet") from exc
+        raise
+    if not hasattr(mod, name):
+        raise BuildError(f"build step needs {module}.{name}, which {module} does not define")
+    return getattr(mod, name)
+
+
+def step_recognizer(paths: MiniPaths, cfg: BuildConfig) -> dict:
+    train_recognizer = _import_step("rvqspec.mini.recognizer", "train_recognizer")
+    mod = importlib.import_module("rvqspec.mini.recognizer")
+    config = None
+    config_cls = getattr(mod, "RecognizerConfig", None)
+    if config_cls is not None:
+        config = config_cls.toy() if cfg.toy and hasattr(config_cls, "toy") else config_cls()
+    result = train_recognizer(paths.runs_corpus, paths.codec, paths.recognizer, config)
+    return {"config": {"recognizer": _jsonable(config)}, "result": _jsonable(result) if result is not None else None}
+
+
+def step_model(paths: MiniPaths, cfg: BuildConfig) -> dict:
+    train_mini_model = _import_step("rvqspec.mini.talker_train", "train_mini_model")
+    result = train_mini_model(paths.corpus, paths.codec, paths.model, toy=cfg.toy)
+    return {"config": {"toy": cfg.toy}, "result": _jsonable(result) if result is not None else None}
+
+
+STEP_FUNCTIONS: dict[str, Callable[[MiniPaths, BuildConfig], dict]] = {
+    "corpus": step_corpus, "codec": step_codec, "recognizer": step_recognizer, "model": step_model}
+
+
+def parse_steps(text: str | Sequence[str]) -> tuple[str, ...]:
+    steps = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
+    bad = [s for s in steps if s not in STEPS]
+    if bad or not steps:
+        raise ValueError(f"unknown build steps {bad or steps}; choose from {','.join(STEPS)}")
+    return tuple(s for s in STEPS if s in steps)  # always in dependency order
+
+
+def build(paths: MiniPaths = MiniPaths(), cfg: BuildConfig = BuildConfig(),
+          log: Callable[[str], None] = print) -> dict:
+    """Run the chosen steps in order; after each, rewrite the manifest (configs, timings, checksums)."""
+    steps = parse_steps(cfg.steps)
+    if cfg.threads:
+        import torch
+        torch.set_num_threads(cfg.threads)
+    paths.data.mkdir(parents=True, exist_ok=True)
+    try:
+        manifest = read_manifest(paths.data)
+    except ArtifactError:
+        manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "steps": {}}
+    if manifest.get("toy") is False and cfg.toy:
+        raise BuildError(f"{paths.data} holds a real (non-toy) build; a toy build would overwrite it. "
+                         "Pass another --out/--runs (e.g. /tmp/mini-toy/data, /tmp/mini-toy/runs)")
+    if manifest.get("toy") is True and not cfg.toy:
+        manifest["steps"] = {}  # a real build over a toy one: the toy steps no longer describe the files
+    manifest["toy"] = cfg.toy
+    for step in steps:
+        log(f"[mini build] step {step} ...")
+        t0 = time.time()
+        entry = STEP_FUNCTIONS[step](paths, cfg)
+        entry["seconds"] = round(time.time() - t0, 1)
+        entry["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        manifest["steps"][step] = entry
+        manifest["artifacts"] = artifact_table(paths.data)
+        manifest["total_bytes"] = sum(a["bytes"] for a in manifest["artifacts"].values())
+        _write_json_atomic(paths.manifest, manifest)
+        log(f"[mini build] step {step} done in {entry['seconds']} s")
+    return manifest
+
+
+def record_step(data_dir: str | os.PathLike, step: str, entry: dict) -> dict:
+    """Record a step that ran outside `build` (e.g. a model retrained by hand, or the drafters the
+    main job trains) and re-checksum every artifact, so `verify_artifacts` covers its files."""
+    data_dir = Path(data_dir)
+    manifest = read_manifest(data_dir)
+    entry = dict(_jsonable(entry))
+    entry.setdefault("finished_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    manifest.setdefault("steps", {})[step] = entry
+    manifest["artifacts"] = artifact_table(data_dir)
+    manifest["total_bytes"] = sum(a["bytes"] for a in manifest["artifacts"].values())
+    _write_json_atomic(data_dir / MANIFEST_FILE, manifest)
+    return manifest
+
+
+def _write_ready_flag(paths: MiniPaths, stats: dict) -> None:
+    """One line in runs/mini/CORPUS_READY: the signal that codes and codec are on disk."""
+    splits = stats["splits"]
+    n = sum(v["samples"] for s in splits.values() for v in s.values())
+    frames = sum(v["frames"] for s in splits.values() for v in s.values())
+    hours = sum(v["seconds"] for s in splits.values() for v in s.values()) / 3600
+    line = (f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} corpus+codec ready: {n} utterances, "
+            f"{hours:.2f} h, {frames} frames; codes in {paths.corpus}, codec in {paths.codec}, "
+            f"tokenizer {paths.tokenizer}, audio corpus in {paths.runs_corpus}; quality -> {paths.manifest}\n")
+    paths.runs.mkdir(parents=True, exist_ok=True)
+    paths.ready_flag.write_text(line)
+
+
+# ---------------------------------------------------------------------------------- verification
+def verify_artifacts(data_dir: str | os.PathLike = MiniPaths().data) -> dict:
+    """Check every file recorded in data_dir/manifest.json (size, sha256), that no recorded file is
+    missing and none is unrecorded, and that the codec's saved config equals the recorded one.
+    Returns the manifest; raises ArtifactError naming the first problems found."""
+    data_dir = Path(data_dir)
+    manifest = read_manifest(data_dir)
+    recorded = manifest.get("artifacts")
+    if not isinstance(recorded, dict) or not recorded:
+        raise ArtifactError(f"{data_dir / MANIFEST_FILE}: key 'artifacts' is missing or empty")
+    problems = []
+    actual_files = {p.relative_to(data_dir).as_posix() for p in data_dir.rglob("*") if p.is_file()
+                    and not any(part.startswith(".") for part in p.relative_to(data_dir).parts)}
+    actual_files.discard(MANIFEST_FILE)
+    for rel, info in recorded.items():
+        p = data_dir / rel
+        if not p.is_file():
+            problems.append(f"{rel}: missing")
+            continue
+        if p.stat().st_size != info.get("bytes"):
+            problems.append(f"{rel}: {p.stat().st_size} bytes, manifest says {info.get('bytes')}")
+        elif sha256_file(p) != info.get("sha256"):
+            problems.append(f"{rel}: sha256 differs from the manifest")
+    for rel in sorted(actual_files - set(recorded)):
+        problems.append(f"{rel}: not recorded in the manifest")
+    codec_step = manifest.get("steps", {}).get("codec")
+    codec_cfg = data_dir / "codec" / "codec_config.json"
+    if codec_step and codec_cfg.is_file():
+        saved = json.loads(codec_cfg.read_text()).get("config")
+        if saved != codec_step.get("config", {}).get("codec"):
+            problems.append("codec/codec_config.json: config differs from manifest steps.codec.config.codec")
+    if problems:
+        raise ArtifactError(f"{data_dir} does not match its manifest: " + "; ".join(problems[:10])
+                            + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""))
+    return manifest

@@ -1,0 +1,459 @@
+"""The mini world's audio codec: residual k-means over per-frame log-mel features, 12.5 Hz x 16 codes.
+
+Qwen3-TTS speaks through a 12.5 Hz tokenizer with 16 RVQ codebooks (c0 from the talker, c1..c15 from
+the code predictor). The mini codec keeps that shape with no neural network:
+
+- analysis: log-mel spectra of `subframes` sub-frames per 80 ms frame (hop 1280 samples at 16 kHz),
+  stacked into one vector of `subframes * n_mels` values per frame, standardized per dimension;
+- quantization: residual vector quantization. Codebook q is k-means (k-means++ init) fitted to the
+  residual left by codebooks 0..q-1, so codebook 0 carries the coarse spectral shape and each later
+  codebook carries less (the depth structure that seed 000's position-aware drafting exploits);
+- synthesis: mel -> linear magnitude by the pseudo-inverse of our own mel filterbank, sub-frames
+  interpolated to a finer hop, then Griffin-Lim with torch.stft / torch.istft (no torchaudio).
+
+`codec_quality` measures feature SNR against the number of codebooks used and the log-mel distance
+of decoded audio to the original.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from rvqspec.mini.phonemes import num_frames
+
+FORMAT = "rvqspec-mini-codec"
+FORMAT_VERSION = 1
+CONFIG_FILE = "codec_config.json"
+WEIGHTS_FILE = "codec.safetensors"
+
+
+class CodecError(ValueError):
+    """A codec directory is missing, unreadable, or its tensors do not match its config."""
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    sample_rate: int = 16000
+    frame_rate: float = 12.5  # Hz -> hop of 1280 samples (Qwen3-TTS-Tokenizer-12Hz)
+    num_codebooks: int = 16  # c0..c15
+    codebook_size: int = 256  # codes fit uint8: the committed corpus stays small
+    # feature design: `subframes` log-mel spectra per frame, each from an `n_fft` window
+    subframes: int = 4  # 20 ms sub-frame hop
+    n_fft: int = 640  # 40 ms analysis window
+    # 64 bands: on 20 English clips (codec fit on 1060 s of model_train audio) the decoded audio's
+    # log-mel distance was 3.3 dB with 64 bands vs 4.0 dB with 40 (feature SNR 16.2 vs 18.0 dB at 16
+    # codebooks: finer bands cost quantization accuracy but gain more in synthesis)
+    n_mels: int = 64
+    fmin: float = 0.0
+    fmax: float = 8000.0
+    log_floor: float = 1e-5  # power floor before the log: silence maps to one point
+    # fitting
+    kmeans_iters: int = 15
+    kmeans_init_sample: int = 20000  # k-means++ runs on a subsample (it is sequential in K)
+    fit_max_frames: int = 100000  # frames drawn (without replacement) for fitting: ~400 per centroid
+    # synthesis
+    synth_hop: int = 160  # Griffin-Lim hop (10 ms: 75% window overlap, sub-frames interpolated)
+    griffin_lim_iters: int = 48
+    griffin_lim_momentum: float = 0.99  # "fast Griffin-Lim" (Perraudin et al. 2013)
+    # Non-negative least squares (multiplicative updates) after the pseudo-inverse: measured on 8 English
+    # clips with 40 mels, it cut the vocoder-only log-mel distance from 4.8 dB to 2.7 dB
+    mel_inverse_iters: int = 30
+    seed: int = 0
+
+    @property
+    def hop(self) -> int:
+        return int(round(self.sample_rate / self.frame_rate))
+
+    @property
+    def sub_hop(self) -> int:
+        return self.hop // self.subframes
+
+    @property
+    def feature_dim(self) -> int:
+        return self.subframes * self.n_mels
+
+    def validate(self) -> None:
+        if self.hop * self.frame_rate != self.sample_rate:
+            raise CodecError(f"sample_rate {self.sample_rate} / frame_rate {self.frame_rate} is not a whole hop")
+        if self.hop % self.subframes or self.hop % self.synth_hop or self.sub_hop % self.synth_hop:
+            raise CodecError(f"hop {self.hop} must split into {self.subframes} sub-frames that are multiples "
+                             f"of synth_hop {self.synth_hop}")
+        if self.n_fft < self.sub_hop:
+            raise CodecError(f"n_fft {self.n_fft} is shorter than the sub-frame hop {self.sub_hop}")
+        if not (1 <= self.num_codebooks and 2 <= self.codebook_size):
+            raise CodecError(f"bad num_codebooks {self.num_codebooks} / codebook_size {self.codebook_size}")
+
+    @classmethod
+    def toy(cls) -> "CodecConfig":
+        """Tiny codebooks and few iterations: fits in about a second for tests and CI."""
+        return cls(codebook_size=16, kmeans_iters=6, kmeans_init_sample=2000, griffin_lim_iters=8)
+
+
+def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float, fmax: float) -> torch.Tensor:
+    """(n_mels, n_fft // 2 + 1) triangular filters on the HTK mel scale, peak 1."""
+    def hz_to_mel(f):
+        return 2595.0 * np.log10(1.0 + np.asarray(f) / 700.0)
+
+    def mel_to_hz(m):
+        return 700.0 * (10.0 ** (np.asarray(m) / 2595.0) - 1.0)
+
+    freqs = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)  # (F,)
+    edges = mel_to_hz(np.linspace(hz_to_mel(fmin), hz_to_mel(fmax), n_mels + 2))  # (M + 2,)
+    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]  # (M, 1) each
+    fb = np.maximum(0.0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))  # (M, F)
+    return torch.from_numpy(fb.astype(np.float32))
+
+
+def _sqdist(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """(N, K) squared distances between rows of x (N, D) and c (K, D)."""
+    return (x * x).sum(1, keepdim=True) - 2.0 * x @ c.T + (c * c).sum(1)[None, :]
+
+
+def _assign(x: torch.Tensor, c: torch.Tensor, chunk: int = 65536) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nearest centroid per row: (N,) long indices and (N,) squared distances; chunked for memory."""
+    idx, dist = [], []
+    for s in range(0, x.shape[0], chunk):
+        d = _sqdist(x[s:s + chunk], c)  # (n, K)
+        m, i = d.min(1)
+        idx.append(i)
+        dist.append(m.clamp_min(0))
+    return torch.cat(idx), torch.cat(dist)
+
+
+def kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator, init_sample: int = 20000,
+           progress: tqdm | None = None) -> torch.Tensor:
+    """(k, D) centroids of x (N, D): k-means++ init on a subsample, then Lloyd iterations.
+
+    An empty cluster is re-seeded at the point farthest from its centroid, so all k codes stay in use.
+    """
+    n = x.shape[0]
+    if n < k:
+        raise ValueError(f"k-means needs at least k={k} points, got {n}")
+    sub = x[torch.randperm(n, generator=generator)[:min(n, init_sample)]]  # (S, D)
+    # k-means++: each new centroid drawn with probability proportional to squared distance
+    centroids = torch.empty(k, x.shape[1], dtype=x.dtype)  # (k, D)
+    centroids[0] = sub[torch.randint(sub.shape[0], (1,), generator=generator)]
+    d2 = ((sub - centroids[0]) ** 2).sum(1)  # (S,)
+    for j in range(1, k):
+        total = d2.sum()
+        if total <= 0:  # fewer distinct points than k: duplicate (later re-seeded if empty)
+            centroids[j] = sub[torch.randint(sub.shape[0], (1,), generator=generator)]
+            continue
+        pick = torch.multinomial(d2 / total, 1, generator=generator)
+        centroids[j] = sub[pick]
+        d2 = torch.minimum(d2, ((sub - centroids[j]) ** 2).sum(1))
+    for _ in range(iters):
+        idx, dist = _assign(x, centroids)
+        counts = torch.bincount(idx, minlength=k).to(x.dtype)  # (k,)
+        sums = torch.zeros_like(centroids).index_add_(0, idx, x)  # (k, D)
+        nonempty = counts > 0
+        centroids[nonempty] = sums[nonempty] / counts[nonempty, None]
+        empty = (~nonempty).nonzero().flatten()
+        if len(empty):
+            far = dist.topk(len(empty)).indices
+            centroids[empty] = x[far]
+        if progress is not None:
+            progress.update(1)
+    return centroids
+
+
+class RVQCodec:
+    def __init__(self, config: CodecConfig = CodecConfig(), codebooks: torch.Tensor | None = None,
+                 mean: torch.Tensor | None = None, std: torch.Tensor | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.codebooks = codebooks  # (Q, K, D) float32 in standardized feature space
+        self.mean = mean  # (D,)
+        self.std = std  # (D,)
+        self.fb = mel_filterbank(config.sample_rate, config.n_fft, config.n_mels, config.fmin, config.fmax)  # (M, F)
+        self.fb_pinv = torch.linalg.pinv(self.fb)  # (F, M)
+        self.window = torch.hann_window(config.n_fft)  # (n_fft,)
+
+    @property
+    def fitted(self) -> bool:
+        return self.codebooks is not None
+
+    def _check_fitted(self) -> None:
+        if not self.fitted:
+            raise CodecError("the codec is not fitted: call fit() or RVQCodec.load(dir)")
+
+    # -- analysis ---------------------------------------------------------------------------------
+    def num_frames(self, num_samples: int) -> int:
+        return num_frames(num_samples, self.config.sample_rate, self.config.frame_rate)
+
+    def _as_tensor(self, audio) -> torch.Tensor:
+        a = torch.as_tensor(np.asarray(audio, dtype=np.float32))
+        if a.ndim != 1:
+            raise ValueError(f"audio must be 1-D mono samples, got shape {tuple(a.shape)}")
+        return a
+
+    def log_mel(self, audio) -> torch.Tensor:
+        """(T * subframes, n_mels) log-mel power; sub-frame j of frame t centred at t*hop + j*sub_hop."""
+        c = self.config
+        a = self._as_tensor(audio)
+        T = self.num_frames(len(a))
+        a = torch.nn.functional.pad(a, (0, T * c.hop - len(a)))  # zero-pad the last partial frame
+        spec = torch.stft(a, c.n_fft, hop_length=c.sub_hop, window=self.window, center=True,
+                          return_complex=True)[:, :T * c.subframes]  # (F, T*S)
+        mel = self.fb @ spec.abs().pow(2)  # (M, T*S)
+        return mel.clamp_min(c.log_floor).log().T.contiguous()  # (T*S, M)
+
+    def features(self, audio) -> torch.Tensor:
+        """(T, D) raw (unstandardized) stacked log-mel features, D = subframes * n_mels."""
+        lm = self.log_mel(audio)  # (T*S, M)
+        return lm.reshape(-1, self.config.feature_dim)  # (T, S*M)
+
+    # -- fitting ----------------------------------------------------------------------------------
+    def fit(self, audios: Sequence, generator: torch.Generator | None = None, progress: bool = True) -> "RVQCodec":
+        """Fit standardization and residual k-means codebooks to a list of 1-D 16 kHz audio arrays."""
+        c = self.config
+        if generator is None:
+            generator = torch.Generator().manual_seed(c.seed)
+        if len(audios) == 0:
+            raise ValueError("RVQCodec.fit needs at least one audio array")
+        feats = torch.cat([self.features(a) for a in tqdm(audios, desc="codec features", disable=not progress)])  # (N, D)
+        self.mean = feats.mean(0)  # (D,)
+        self.std = feats.std(0).clamp_min(1e-3)  # (D,)
+        x = (feats - self.mean) / self.std  # (N, D)
+        if x.shape[0] > c.fit_max_frames:
+            x = x[torch.randperm(x.shape[0], generator=generator)[:c.fit_max_frames]]
+        if x.shape[0] < c.codebook_size:
+            raise ValueError(f"RVQCodec.fit got {x.shape[0]} frames, fewer than codebook_size {c.codebook_size}")
+        books = []
+        resid = x.clone()
+        bar = tqdm(total=c.num_codebooks * c.kmeans_iters, desc="codec k-means", disable=not progress)
+        for q in range(c.num_codebooks):
+            cb = kmeans(resid, c.codebook_size, c.kmeans_iters, generator, c.kmeans_init_sample, bar)  # (K, D)
+            idx, _ = _assign(resid, cb)
+            resid -= cb[idx]
+            books.append(cb)
+            bar.set_postfix(codebook=q, resid=f"{resid.pow(2).mean().item():.3f}")
+        bar.close()
+        self.codebooks = torch.stack(books)  # (Q, K, D)
+        return self
+
+    # -- coding -----------------------------------------------------------------------------------
+    def encode(self, audio) -> torch.Tensor:
+        """(T, num_codebooks) long codes of 1-D 16 kHz audio, T = ceil(len / hop)."""
+        self._check_fitted()
+        return self.encode_features(self.features(audio))
+
+    def encode_features(self, feats: torch.Tensor) -> torch.Tensor:
+        """(T, Q) codes of raw features (T, D): greedy residual assignment, codebook by codebook."""
+        resid = (feats - self.mean) / self.std  # (T, D)
+        codes = []
+        for cb in self.codebooks:  # (K, D)
+            idx, _ = _assign(resid, cb)
+            resid = resid - cb[idx]
+            codes.append(idx)
+        return torch.stack(codes, 1)  # (T, Q)
+
+    def check_codes(self, codes) -> torch.Tensor:
+        codes = torch.as_tensor(codes).long()
+        c = self.config
+        if codes.ndim != 2 or codes.shape[1] > c.num_codebooks or codes.shape[1] < 1:
+            raise ValueError(f"codes must have shape (T, <= {c.num_codebooks}), got {tuple(codes.shape)}")
+        if codes.numel() and (codes.min() < 0 or codes.max() >= c.codebook_size):
+            raise ValueError(f"codes must lie in [0, {c.codebook_size}), got [{codes.min()}, {codes.max()}]")
+        return codes
+
+    def decode_features(self, codes) -> torch.Tensor:
+        """(T, D) raw features from codes (T, q); q < num_codebooks uses only the first q codebooks."""
+        self._check_fitted()
+        codes = self.check_codes(codes)
+        x = torch.zeros(codes.shape[0], self.config.feature_dim)  # (T, D)
+        for q in range(codes.shape[1]):
+            x += self.codebooks[q][codes[:, q]]
+        return x * self.std + self.mean
+
+    def decode(self, codes, num_codebooks: int | None = None) -> np.ndarray:
+        """Waveform (T * hop,) float32 at 16 kHz from codes (T, Q) (optionally only the first few)."""
+        codes = self.check_codes(codes)
+        if num_codebooks is not None:
+            codes = codes[:, :num_codebooks]
+        return self.synthesize(self.decode_features(codes))
+
+    # -- synthesis --------------------------------------------------------------------------------
+    def synthesize(self, feats: torch.Tensor) -> np.ndarray:
+        """Waveform from raw features (T, D): mel -> linear magnitude (pseudo-inverse) -> Griffin-Lim."""
+        c = self.config
+        T = feats.shape[0]
+        lm = feats.reshape(T * c.subframes, c.n_mels)  # (T*S, M) log-mel, sub_hop apart
+        # interpolate log-mel to the synthesis hop (finer, 75% overlap makes Griffin-Lim converge better)
+        up = c.sub_hop // c.synth_hop
+        n_out = T * c.hop // c.synth_hop + 1
+        pos = torch.arange(n_out, dtype=torch.float32) / up  # (n_out,) in sub-frame units
+        i0 = pos.floor().long().clamp(max=T * c.subframes - 1)
+        i1 = (i0 + 1).clamp(max=T * c.subframes - 1)
+        w = (pos - i0.float()).clamp(0, 1)[:, None]
+        lm = lm[i0] * (1 - w) + lm[i1] * w  # (n_out, M)
+        mel = (lm.exp() - c.log_floor).clamp_min(0).T  # (M, n_out) mel power; the floor decodes to silence
+        power = (self.fb_pinv @ mel).clamp_min(0) + 1e-10  # (F, n_out) least squares, clipped
+        if c.mel_inverse_iters:
+            # NNLS by multiplicative updates: power stays >= 0 and fb @ power approaches mel
+            target = self.fb.T @ mel  # (F, n_out)
+            for _ in range(c.mel_inverse_iters):
+                power = power * target / (self.fb.T @ (self.fb @ power) + 1e-12)
+        mag = power.sqrt()
+        return griffin_lim(mag, c.n_fft, c.synth_hop, self.window, c.griffin_lim_iters, c.griffin_lim_momentum,
+                           T * c.hop, torch.Generator().manual_seed(c.seed))
+
+    # -- files ------------------------------------------------------------------------------------
+    def save(self, directory: str | os.PathLike, extra: dict | None = None) -> Path:
+        """Write codec.safetensors + codec_config.json into `directory` atomically (temp dir, rename)."""
+        from safetensors.torch import save_file
+
+        self._check_fitted()
+        directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp"))
+        try:
+            os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the codec directory is committed and shared
+            save_file({"codebooks": self.codebooks.contiguous(), "mean": self.mean.contiguous(),
+                       "std": self.std.contiguous()}, str(tmp / WEIGHTS_FILE))
+            meta = {"format": FORMAT, "version": FORMAT_VERSION, "config": asdict(self.config)}
+            if extra:
+                meta.update(extra)
+            (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2))
+            for f in (WEIGHTS_FILE, CONFIG_FILE):
+                os.chmod(tmp / f, 0o644)
+            if directory.exists():
+                shutil.rmtree(directory)
+            os.replace(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "RVQCodec":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        cfg_path, w_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+        for p in (cfg_path, w_path):
+            if not p.is_file():
+                raise CodecError(f"codec file missing: {p}")
+        try:
+            meta = json.loads(cfg_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CodecError(f"cannot read codec config {cfg_path}: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise CodecError(f"{cfg_path} is not an rvqspec mini codec config (key 'format')")
+        if meta.get("version") != FORMAT_VERSION:
+            raise CodecError(f"{cfg_path}: version {meta.get('version')!r}, expected {FORMAT_VERSION}")
+        known = {f.name for f in fields(CodecConfig)}
+        raw = meta.get("config")
+        if not isinstance(raw, dict) or set(raw) - known:
+            raise CodecError(f"{cfg_path}: key 'config' has unknown fields {sorted(set(raw or {}) - known)}")
+        config = CodecConfig(**raw)
+        try:
+            tensors = load_file(str(w_path))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise CodecError(f"cannot read codec weights {w_path}: {exc}") from exc
+        want = {"codebooks": (config.num_codebooks, config.codebook_size, config.feature_dim),
+                "mean": (config.feature_dim,), "std": (config.feature_dim,)}
+        for key, shape in want.items():
+            if key not in tensors:
+                raise CodecError(f"{w_path}: tensor {key!r} missing")
+            if tuple(tensors[key].shape) != shape:
+                raise CodecError(f"{w_path}: tensor {key!r} has shape {tuple(tensors[key].shape)}, "
+                                 f"config says {shape}")
+        return cls(config, tensors["codebooks"].float(), tensors["mean"].float(), tensors["std"].float())
+
+
+def griffin_lim(mag: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor, iters: int, momentum: float,
+                length: int, generator: torch.Generator) -> np.ndarray:
+    """Waveform (length,) float32 whose STFT magnitude approximates mag (F, N); fast Griffin-Lim."""
+    phase = torch.rand(mag.shape, generator=generator) * (2 * math.pi)  # (F, N)
+    spec = torch.polar(mag, phase)
+    prev = torch.zeros_like(spec)
+    for _ in range(iters):
+        wav = torch.istft(spec, n_fft, hop_length=hop, window=window, center=True, length=length)
+        est = torch.stft(wav, n_fft, hop_length=hop, window=window, center=True, return_complex=True)  # (F, N)
+        accel = est + (momentum / (1 + momentum)) * (est - prev) if momentum else est
+        prev = est
+        spec = mag * torch.exp(1j * torch.angle(accel))
+    wav = torch.istft(spec, n_fft, hop_length=hop, window=window, center=True, length=length)
+    peak = wav.abs().max()
+    if peak > 0.99:  # keep within [-1, 1] so writing to 16-bit audio never clips
+        wav = wav * (0.99 / peak)
+    return wav.numpy().astype(np.float32)
+
+
+_REF_FB: dict = {}
+
+
+def reference_log_mel_db(audio, sample_rate: int = 16000, floor_db: float | None = None) -> torch.Tensor:
+    """(N, 80) log-mel power in dB (10 ms hop, 40 ms window) of 1-D audio, clamped below at floor_db
+    (default: 60 dB under the clip's peak, a speech dynamic range; digital silence would otherwise
+    dominate any distance).
+
+    A fixed analysis, independent of the codec's own feature design, so that codecs with different
+    mel resolutions are compared on the same scale.
+    """
+    n_fft, hop, n_mels = 640, 160, 80
+    key = (sample_rate, n_fft, n_mels)
+    if key not in _REF_FB:
+        _REF_FB[key] = (mel_filterbank(sample_rate, n_fft, n_mels, 0.0, sample_rate / 2), torch.hann_window(n_fft))
+    fb, window = _REF_FB[key]
+    a = torch.as_tensor(np.asarray(audio, dtype=np.float32))
+    spec = torch.stft(a, n_fft, hop_length=hop, window=window, center=True, return_complex=True)  # (F, N)
+    mel = fb @ spec.abs().pow(2)  # (80, N)
+    db = 10 * torch.log10(mel.clamp_min(1e-12)).T  # (N, 80)
+    return db.clamp_min(db.max().item() - 60.0 if floor_db is None else floor_db)
+
+
+def codec_quality(codec: RVQCodec, audios: Sequence, codebook_counts: Sequence[int] = (1, 2, 4, 8, 16),
+                  decode_limit: int = 20, progress: bool = True) -> dict:
+    """Reconstruction quality on (held-out) audio.
+
+    - feature_snr_db[q]: 10 log10(|x|^2 / |x - x_q|^2) in the standardized feature space, where x_q
+      uses the first q codebooks (the depth structure: it grows with q, by less per codebook).
+    - logmel_rmse_db[q]: RMS difference (dB) between the 80-band log-mel spectrogram
+      (`reference_log_mel_db`) of decoded audio and of the original (on the first `decode_limit` clips), for q = 4 and all codebooks; `vocoder_only`
+      is the same for unquantized features through Griffin-Lim: the floor set by synthesis alone.
+    """
+    codec._check_fitted()
+    Q = codec.config.num_codebooks
+    counts = [q for q in codebook_counts if q <= Q]
+    sig, err = 0.0, {q: 0.0 for q in counts}
+    for a in audios:
+        f = codec.features(a)  # (T, D)
+        x = (f - codec.mean) / codec.std
+        codes = codec.encode_features(f)  # (T, Q)
+        sig += x.pow(2).sum().item()
+        for q in counts:
+            xq = (codec.decode_features(codes[:, :q]) - codec.mean) / codec.std
+            err[q] += (x - xq).pow(2).sum().item()
+    snr = {str(q): round(10 * math.log10(sig / max(err[q], 1e-12)), 3) for q in counts}
+
+    def logmel_db(a):
+        return reference_log_mel_db(a, codec.config.sample_rate)  # 60 dB under the clip's peak
+
+    dist = {"vocoder_only": [], str(min(4, Q)): [], str(Q): []}
+    clips = list(audios)[:decode_limit]
+    for a in tqdm(clips, desc="codec decode check", disable=not progress):
+        ref = logmel_db(a)
+        floor = ref.min().item()  # the same floor for the decoded audio
+        f = codec.features(a)
+        codes = codec.encode_features(f)
+        outs = {"vocoder_only": codec.synthesize(f), str(min(4, Q)): codec.decode(codes, min(4, Q)),
+                str(Q): codec.decode(codes)}
+        for key, wav in outs.items():
+            hyp = reference_log_mel_db(wav, codec.config.sample_rate, floor)[: ref.shape[0]]
+            dist[key].append((hyp - ref).pow(2).mean().sqrt().item())
+    return {"feature_snr_db": snr,
+            "logmel_rmse_db": {k: round(float(np.mean(v)), 3) for k, v in dist.items()},
+            "num_clips": len(audios), "num_decoded": len(clips)}

@@ -1,0 +1,178 @@
+"""Frame-aligned phoneme tokens: the mini talker's text input, one token per 80 ms codec frame.
+
+Qwen3-TTS feeds its talker one text token per frame. The mini world gets frame-aligned phonemes
+for free from espeak-ng's own timing (phoneme events, `rvqspec.mini.speech`).
+
+Token design (chosen after measuring, see below):
+- Phonemes are LANGUAGE-TAGGED (`en:k`, `ru:k`): espeak mnemonics are per-language tables, and the
+  tag tells the talker the language (Qwen3-TTS gets a language id).
+- An 80 ms frame often holds two phonemes: espeak speaks 10.6 (en) to 15.3 (ru) phonemes per second
+  at our rate, and labelling each frame by the phoneme at its centre drops 16% (en) to 32% (ru) of
+  all phonemes (measured on 150 sentences per language). So a frame's token is the PAIR of the
+  phonemes active at 1/4 and 3/4 of the frame (`en:k w`; a single `en:k` when both are the same).
+  Pairs seen fewer than `min_pair_count` times in the tokenizer's fitting data fall back to the
+  phoneme at the frame centre, so the vocabulary stays a few thousand tokens.
+- Frames before the first phoneme are `<sil>`; `<pad>` pads batches; `<bos>`/`<eos>` are for the
+  model's own use; `<unk>` is any phoneme never seen while fitting.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+SPECIAL_TOKENS = ("<pad>", "<sil>", "<bos>", "<eos>", "<unk>")
+PAD, SIL, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
+FRAME_RATE = 12.5  # Hz: the codec's frame rate (one talker step per 80 ms frame)
+SAMPLE_RATE = 16000
+TOKENIZER_FILE = "phoneme_tokenizer.json"
+FORMAT_VERSION = 1
+
+Events = Sequence[tuple[float, str]]  # (start seconds, espeak mnemonic), sorted by start
+
+
+class TokenizerError(ValueError):
+    """A tokenizer file is missing, unreadable or inconsistent."""
+
+
+def num_frames(num_samples: int, sample_rate: int = SAMPLE_RATE, frame_rate: float = FRAME_RATE) -> int:
+    """Frames covering `num_samples`: the last partial frame counts (the codec zero-pads it)."""
+    hop = int(round(sample_rate / frame_rate))
+    return max(1, -(-int(num_samples) // hop))
+
+
+def _active(events: Events, times: np.ndarray) -> np.ndarray:
+    """Index of the phoneme active at each time (-1 before the first one). times: (N,) seconds."""
+    starts = np.asarray([s for s, _ in events], dtype=np.float64)  # (P,)
+    return np.searchsorted(starts, times, side="right") - 1  # (N,)
+
+
+def frame_phonemes(events: Events, n_frames: int, frame_rate: float = FRAME_RATE) -> list[tuple[str | None, str | None, str | None]]:
+    """Per frame: the phoneme (mnemonic) at 1/4, at 3/4 and at the centre; None before the first."""
+    t = np.arange(n_frames, dtype=np.float64)  # (T,)
+    if not events:
+        return [(None, None, None)] * n_frames
+    idx = [_active(events, (t + q) / frame_rate) for q in (0.25, 0.75, 0.5)]  # 3 x (T,)
+    names = [e for _, e in events]
+    return [tuple(names[i[k]] if i[k] >= 0 else None for i in idx) for k in range(n_frames)]
+
+
+@dataclass
+class PhonemeTokenizer:
+    tokens: list[str]  # id -> token string
+    min_pair_count: int = 3
+
+    def __post_init__(self) -> None:
+        if tuple(self.tokens[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+            raise TokenizerError(f"tokenizer must start with the special tokens {SPECIAL_TOKENS}, "
+                                 f"got {self.tokens[:len(SPECIAL_TOKENS)]}")
+        self.index = {tok: i for i, tok in enumerate(self.tokens)}
+        if len(self.index) != len(self.tokens):
+            dup = [t for t, c in Counter(self.tokens).items() if c > 1][:5]
+            raise TokenizerError(f"tokenizer has duplicate tokens, e.g. {dup}")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    # -- building ---------------------------------------------------------------------------------
+    @staticmethod
+    def _pair_key(lang: str, a: str | None, b: str | None) -> str | None:
+        if a is None and b is None:
+            return None
+        if a is None or a == b:
+            return f"{lang}:{b}"
+        if b is None:
+            return f"{lang}:{a}"
+        return f"{lang}:{a} {b}"
+
+    @classmethod
+    def fit(cls, utterances: Iterable[tuple[str, Events, int]], min_pair_count: int = 3) -> "PhonemeTokenizer":
+        """Vocabulary from (language, phoneme events, number of frames) of the fitting utterances."""
+        singles: set[str] = set()
+        pairs: Counter = Counter()
+        for lang, events, n_frames in utterances:
+            for _, name in events:
+                singles.add(f"{lang}:{name}")
+            for a, b, _ in frame_phonemes(events, n_frames):
+                key = cls._pair_key(lang, a, b)
+                if key is not None and " " in key:
+                    pairs[key] += 1
+        kept = sorted(p for p, c in pairs.items() if c >= min_pair_count)
+        return cls(tokens=list(SPECIAL_TOKENS) + sorted(singles) + kept, min_pair_count=min_pair_count)
+
+    # -- encoding ---------------------------------------------------------------------------------
+    def frame_tokens(self, events: Events, n_frames: int, lang: str, frame_rate: float = FRAME_RATE) -> np.ndarray:
+        """(T,) int64 token per frame: the pair token if known, else the centre phoneme, else <unk>."""
+        out = np.empty(n_frames, dtype=np.int64)  # (T,)
+        for k, (a, b, c) in enumerate(frame_phonemes(events, n_frames, frame_rate)):
+            key = self._pair_key(lang, a, b)
+            if key is None:
+                out[k] = SIL
+            elif key in self.index:
+                out[k] = self.index[key]
+            else:
+                out[k] = self.index.get(f"{lang}:{c}", UNK)
+        return out
+
+    def phonemize(self, text: str, lang: str) -> tuple[np.ndarray, float]:
+        """Synthesis-time input: run espeak-ng for its timing -> ((T,) frame tokens, duration s)."""
+        from rvqspec.mini.speech import synthesize
+
+        utt = synthesize(text, lang)
+        n = num_frames(len(utt.audio), utt.sample_rate)
+        return self.frame_tokens(utt.phonemes, n, lang), utt.duration
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.tokens[int(i)] if 0 <= int(i) < len(self.tokens) else "<?>" for i in ids]
+
+    # -- files ------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the JSON vocabulary atomically (temp file, then rename). `path`: file or directory."""
+        path = Path(path)
+        if path.is_dir() or path.suffix != ".json":
+            path = path / TOKENIZER_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"format": "rvqspec-phoneme-tokenizer", "version": FORMAT_VERSION, "frame_rate": FRAME_RATE,
+                   "min_pair_count": self.min_pair_count, "special_tokens": list(SPECIAL_TOKENS),
+                   "tokens": self.tokens}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, ensure_ascii=False, indent=0)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; this file is committed and shared
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PhonemeTokenizer":
+        path = Path(path)
+        if path.is_dir():
+            path = path / TOKENIZER_FILE
+        if not path.is_file():
+            raise TokenizerError(f"no phoneme tokenizer file at {path}")
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise TokenizerError(f"cannot read phoneme tokenizer {path}: {exc}") from exc
+        if not isinstance(payload, dict) or payload.get("format") != "rvqspec-phoneme-tokenizer":
+            raise TokenizerError(f"{path} is not an rvqspec phoneme tokenizer (key 'format')")
+        if payload.get("version") != FORMAT_VERSION:
+            raise TokenizerError(f"{path}: tokenizer version {payload.get('version')!r}, expected {FORMAT_VERSION}")
+        tokens = payload.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise TokenizerError(f"{path}: key 'tokens' must be a list of strings")
+        return cls(tokens=tokens, min_pair_count=int(payload.get("min_pair_count", 3)))
+
+
+def phonemize(text: str, lang: str, tokenizer: PhonemeTokenizer) -> tuple[np.ndarray, float]:
+    """Synthesis-time text input: ((T,) frame tokens from espeak-ng's timing, duration in seconds)."""
+    return tokenizer.phonemize(text, lang)

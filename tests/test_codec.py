@@ -1,0 +1,133 @@
+"""The mini RVQ codec (rvqspec.mini.codec): shapes, ranges, depth structure, files, errors."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rvqspec.mini.codec import (CodecConfig, CodecError, RVQCodec, codec_quality, kmeans, mel_filterbank,
+                                reference_log_mel_db)
+from rvqspec.mini.speech import synthesize
+
+CFG = CodecConfig(codebook_size=8, num_codebooks=6, kmeans_iters=6, kmeans_init_sample=500, griffin_lim_iters=6)
+TEXTS = [("The old man found a red book at the station.", "en"), ("Der Lehrer kauft heute einen Apfel.", "de"),
+         ("Mi hermana lee un libro en casa.", "es")]
+
+
+@pytest.fixture(scope="module")
+def audios():
+    return [synthesize(t, lang).audio for t, lang in TEXTS]  # about 7 s, ~90 frames
+
+
+@pytest.fixture(scope="module")
+def codec(audios):
+    torch.set_num_threads(1)
+    return RVQCodec(CFG).fit(audios, torch.Generator().manual_seed(0), progress=False)
+
+
+def test_encode_decode_shapes_and_ranges(codec, audios):
+    a = audios[0]
+    codes = codec.encode(a)
+    T = -(-len(a) // 1280)
+    assert codes.shape == (T, CFG.num_codebooks) and codes.dtype == torch.long
+    assert codes.min() >= 0 and codes.max() < CFG.codebook_size
+    wav = codec.decode(codes)
+    assert wav.dtype == np.float32 and wav.shape == (T * 1280,) and np.isfinite(wav).all()
+    assert np.abs(wav).max() <= 1.0 and np.abs(wav).max() > 1e-3
+    assert codec.decode(codes, num_codebooks=2).shape == wav.shape
+
+
+def test_more_codebooks_reconstruct_better(codec, audios):
+    feats = torch.cat([codec.features(a) for a in audios])
+    x = (feats - codec.mean) / codec.std
+    codes = codec.encode_features(feats)
+    err = [((codec.decode_features(codes[:, :q]) - codec.mean) / codec.std - x).pow(2).mean().item()
+           for q in range(1, CFG.num_codebooks + 1)]
+    assert err[-1] < err[len(err) // 2] < err[0]
+    assert all(b <= a * 1.001 for a, b in zip(err, err[1:]))  # residual stages never make it worse here
+    # depth structure: later codebooks remove less error than the first
+    gains = -np.diff([x.pow(2).mean().item()] + err)
+    assert gains[0] > gains[-1]
+
+
+def test_codec_quality_report(codec, audios):
+    q = codec_quality(codec, audios, codebook_counts=(1, 2, 4, 6), decode_limit=1, progress=False)
+    snr = q["feature_snr_db"]
+    assert list(snr) == ["1", "2", "4", "6"] and snr["1"] < snr["2"] < snr["4"] < snr["6"]
+    assert set(q["logmel_rmse_db"]) == {"vocoder_only", "4", "6"}
+    assert all(0 < v < 40 for v in q["logmel_rmse_db"].values())
+
+
+def test_decoded_audio_resembles_original(codec, audios):
+    """The synthesis path keeps the spectral envelope: closer to its source than to another clip."""
+    a, b = audios[0], audios[1]
+    n = min(len(a), len(b))
+    wav = codec.synthesize(codec.features(a[:n]))[:n]
+    ref_a, ref_b = reference_log_mel_db(a[:n]), reference_log_mel_db(b[:n])
+    hyp = reference_log_mel_db(wav, floor_db=ref_a.min().item())
+    assert (hyp - ref_a).pow(2).mean() < 0.5 * (ref_b - ref_a).pow(2).mean()
+
+
+def test_fit_is_deterministic(audios):
+    c1 = RVQCodec(CFG).fit(audios[:2], torch.Generator().manual_seed(5), progress=False)
+    c2 = RVQCodec(CFG).fit(audios[:2], torch.Generator().manual_seed(5), progress=False)
+    assert torch.equal(c1.codebooks, c2.codebooks)
+
+
+def test_kmeans_finds_separated_clusters():
+    g = torch.Generator().manual_seed(0)
+    centres = torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    x = (centres[:, None, :] + 0.1 * torch.randn(3, 100, 2, generator=g)).reshape(-1, 2)  # (300, 2)
+    c = kmeans(x, 3, 10, torch.Generator().manual_seed(1))
+    d = torch.cdist(centres, c).min(1).values
+    assert (d < 0.1).all()
+    with pytest.raises(ValueError, match="at least k"):
+        kmeans(x[:2], 3, 1, g)
+
+
+def test_mel_filterbank_shape_and_coverage():
+    fb = mel_filterbank(16000, 640, 40, 0.0, 8000.0)
+    assert fb.shape == (40, 321) and (fb >= 0).all() and (fb.max(1).values > 0.5).all()
+
+
+def test_save_load_round_trip(codec, audios, tmp_path):
+    codec.save(tmp_path / "codec")
+    loaded = RVQCodec.load(tmp_path / "codec")
+    assert loaded.config == codec.config
+    assert torch.equal(loaded.encode(audios[1]), codec.encode(audios[1]))
+
+
+def test_load_errors_name_the_problem(codec, tmp_path):
+    with pytest.raises(CodecError, match="missing"):
+        RVQCodec.load(tmp_path / "nowhere")
+    d = codec.save(tmp_path / "c")
+    cfg = d / "codec_config.json"
+    meta = json.loads(cfg.read_text())
+    meta["config"]["codebook_size"] = 9  # no longer matches the tensors
+    cfg.write_text(json.dumps(meta))
+    with pytest.raises(CodecError, match="codebooks.*shape"):
+        RVQCodec.load(d)
+    meta["config"]["bogus"] = 1
+    cfg.write_text(json.dumps(meta))
+    with pytest.raises(CodecError, match="bogus"):
+        RVQCodec.load(d)
+    cfg.write_text("{")
+    with pytest.raises(CodecError, match="codec_config.json"):
+        RVQCodec.load(d)
+    d2 = codec.save(tmp_path / "c2")
+    (d2 / "codec.safetensors").write_bytes(b"garbage")
+    with pytest.raises(CodecError, match="codec.safetensors"):
+        RVQCodec.load(d2)
+
+
+def test_bad_inputs(codec):
+    with pytest.raises(CodecError, match="not fitted"):
+        RVQCodec(CFG).encode(np.zeros(1280, np.float32))
+    with pytest.raises(ValueError, match=r"\[0, 8\)"):
+        codec.decode(torch.full((3, 6), 8))
+    with pytest.raises(ValueError, match="shape"):
+        codec.decode(torch.zeros(3, 7, dtype=torch.long))
+    with pytest.raises(ValueError, match="1-D"):
+        codec.encode(np.zeros((2, 1280), np.float32))
+    with pytest.raises(CodecError, match="sub-frames"):
+        RVQCodec(CodecConfig(subframes=3))

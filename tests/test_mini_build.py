@@ -1,0 +1,156 @@
+"""`rvqspec mini build` at toy size (corpus + codec, plus later steps when their modules exist),
+the manifest's checksums, and the committed data/mini artifacts."""
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rvqspec.mini.build import (ArtifactError, BuildConfig, BuildError, _import_step, build, parse_steps,
+                                verify_artifacts)
+from rvqspec.mini.codec import RVQCodec
+from rvqspec.mini.corpus import CorpusError, load_corpus
+from rvqspec.mini.paths import MiniPaths
+from rvqspec.mini.phonemes import PhonemeTokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    import torch
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("mini")
+    paths = MiniPaths.at(root / "data", root / "runs")
+    manifest = build(paths, BuildConfig(toy=True, steps=("corpus", "codec"), progress=False), log=lambda s: None)
+    return paths, manifest
+
+
+def test_toy_build_writes_consistent_corpus_and_codec(toy):
+    paths, manifest = toy
+    assert set(manifest["steps"]) == {"corpus", "codec"}
+    assert manifest["toy"] is True and manifest["total_bytes"] > 0
+    data = load_corpus(paths.corpus, need_codes=True)
+    assert set(data) == {"model_train", "train", "validation", "calibration", "eval"}
+    assert "audio" not in data["train"].column_names
+    assert sorted(set(data["eval"]["language"])) == ["de", "en", "es", "ja", "ru", "zh"]
+    assert set(data["train"]["language"]) == {"en"}
+    codec = RVQCodec.load(paths.codec)
+    tok = PhonemeTokenizer.load(paths.tokenizer)
+    for row in data["eval"].with_format("numpy"):
+        codes = np.asarray(row["codes"])
+        assert codes.ndim == 2 and codes.shape[1] == 16
+        assert codes.shape[0] == len(row["phoneme_frames"]) == -(-round(row["duration"] * 16000) // 1280)
+        assert codes.max() < codec.config.codebook_size
+        assert (np.asarray(row["phoneme_frames"]) < tok.vocab_size).all()
+    # the audio copy carries the same codes, and re-encoding its audio reproduces them
+    runs = load_corpus(paths.runs_corpus, need_audio=True, need_codes=True)
+    row = runs["calibration"].with_format("numpy")[0]
+    assert np.array_equal(codec.encode(row["audio"]).numpy(), np.asarray(row["codes"]))
+    assert np.array_equal(np.asarray(data["calibration"].with_format("numpy")[0]["codes"]), np.asarray(row["codes"]))
+    q = manifest["steps"]["codec"]["result"]["quality"]["feature_snr_db"]
+    assert float(q["16"]) > float(q["1"])
+    assert paths.ready_flag.read_text().count("\n") == 1
+
+
+def test_manifest_checksums_detect_tampering(toy, tmp_path):
+    import shutil
+    paths, manifest = toy
+    verify_artifacts(paths.data)
+    copy = tmp_path / "data"
+    shutil.copytree(paths.data, copy)
+    target = copy / "codec" / "codec.safetensors"
+    blob = bytearray(target.read_bytes())
+    blob[-1] ^= 0xFF
+    target.write_bytes(bytes(blob))
+    with pytest.raises(ArtifactError, match="codec.safetensors: sha256"):
+        verify_artifacts(copy)
+    target.unlink()
+    with pytest.raises(ArtifactError, match="missing"):
+        verify_artifacts(copy)
+    shutil.rmtree(copy)
+    shutil.copytree(paths.data, copy)
+    (copy / "stray.txt").write_text("x")
+    with pytest.raises(ArtifactError, match="stray.txt: not recorded"):
+        verify_artifacts(copy)
+    with pytest.raises(ArtifactError, match="no manifest"):
+        verify_artifacts(tmp_path / "empty")
+
+
+def test_parse_steps_and_missing_modules():
+    assert parse_steps("codec,corpus") == ("corpus", "codec")
+    with pytest.raises(ValueError, match="tokenize"):
+        parse_steps("corpus,tokenize")
+    with pytest.raises(BuildError, match="does not exist"):
+        _import_step("rvqspec.mini.no_such_module", "train")
+    with pytest.raises(BuildError, match="does not define"):
+        _import_step("rvqspec.mini.paths", "train_nothing")
+
+
+def test_load_corpus_errors(tmp_path):
+    with pytest.raises(CorpusError, match="no corpus"):
+        load_corpus(tmp_path / "none")
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(CorpusError, match="cannot load"):
+        load_corpus(tmp_path / "junk")
+
+
+def test_cli_verify(toy):
+    from typer.testing import CliRunner
+
+    from rvqspec.cli import app
+    paths, _ = toy
+    res = CliRunner().invoke(app, ["mini", "verify", "--data", str(paths.data)])
+    assert res.exit_code == 0 and "ok:" in res.output
+    res = CliRunner().invoke(app, ["mini", "build", "--steps", "bogus", "--out", str(paths.data)])
+    assert res.exit_code == 1
+
+
+def _have(module):
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.slow  # trains the toy recognizer and toy model: about 30 s
+@pytest.mark.skipif(not (_have("rvqspec.mini.recognizer") and _have("rvqspec.mini.talker_train")),
+                    reason="the recognizer / model training modules are not in the tree yet")
+def test_toy_build_later_steps(toy):
+    paths, _ = toy
+    manifest = build(paths, BuildConfig(toy=True, steps=("recognizer", "model"), progress=False), log=lambda s: None)
+    assert {"corpus", "codec", "recognizer", "model"} <= set(manifest["steps"])
+    verify_artifacts(paths.data)
+
+
+def test_committed_artifacts_match_manifest():
+    data = REPO / "data" / "mini"
+    if not (data / "manifest.json").is_file():
+        pytest.skip("data/mini/manifest.json does not exist yet (run: rvqspec mini build)")
+    manifest = verify_artifacts(data)
+    assert manifest["toy"] is False
+    assert manifest["total_bytes"] < 50e6  # the whole data/ budget
+    data_corpus = load_corpus(data / "corpus", need_codes=True)
+    assert len(data_corpus["eval"]) > 0
+
+
+def test_cli_say_writes_codec_round_trip(toy, tmp_path):
+    import soundfile as sf
+    from typer.testing import CliRunner
+
+    from rvqspec.cli import app
+    paths, _ = toy
+    out = tmp_path / "say.wav"
+    res = CliRunner().invoke(app, ["mini", "say", "Hello there, my friend.", "--lang", "en", "--out", str(out),
+                                   "--codec", str(paths.codec)])
+    assert res.exit_code == 0, res.output
+    audio, sr = sf.read(out)
+    assert sr == 16000 and len(audio) % 1280 == 0 and np.abs(audio).max() > 1e-3
+
+
+def test_toy_build_refuses_to_overwrite_a_real_build(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps({"format": "rvqspec-mini-manifest", "version": 1, "toy": False,
+                                                    "steps": {}}))
+    with pytest.raises(BuildError, match="real"):
+        build(MiniPaths.at(data, tmp_path / "runs"), BuildConfig(toy=True, progress=False), log=lambda s: None)
+    assert not (tmp_path / "runs").exists()
