@@ -72,5 +72,38 @@ def say_command(
     typer.echo(f"wrote {out} ({len(audio) / utt.sample_rate:.2f} s)")
 
 
+@mini_app.command("evaluate")
+def evaluate_command(
+    data: Path = typer.Option(DEFAULT_DATA_DIR, "--data", help="Mini-world directory."),
+    sentences: int = typer.Option(12, "--sentences", help="Held-out eval sentences per language."),
+    seeds: int = typer.Option(1, "--seeds", help="Seeds per sentence."),
+    out: Path = typer.Option(None, "--out", help="Write the JSON and the depth-entropy plot (HTML) here."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Intelligibility (CER/WER by the recognizer) of free-running AR synthesis per language, and the
+    code predictor's entropy per codebook (the RVQ depth structure)."""
+    import json
+
+    from rvqspec.asr import load_recognizer
+    from rvqspec.mini.evaluate import MiniEvalConfig, entropy_figure, evaluate_mini
+    from rvqspec.mini.pipeline import MiniTTS
+
+    tts = MiniTTS.load(data)
+    rec = load_recognizer(Path(data) / "recognizer")
+    res = evaluate_mini(tts, rec, Path(data) / "corpus",
+                        MiniEvalConfig(sentences_per_language=sentences, seeds=tuple(range(seeds))))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "mini_eval.json").write_text(json.dumps(res, indent=2))
+        entropy_figure(res["depth_entropy"]).write_html(str(out / "depth_entropy.html"), include_plotlyjs=True)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+    else:
+        for lang, r in res["intelligibility"].items():
+            typer.echo(f"{lang}: n={r['n']} CER={100 * r['cer']:.1f}% WER={100 * r['wer']:.1f}%")
+        typer.echo("entropy per codebook (nats, tempered softmax): "
+                   + " ".join(f"{e:.2f}" for e in res["depth_entropy"]["softmax"]))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(mini_app, name="mini")
