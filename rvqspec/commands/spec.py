@@ -1,0 +1,235 @@
+"""`rvqspec spec extract|train|calibrate|grow-tree` and `rvqspec bench acceptance|spec` (seed 000).
+
+Frames come from a frames function given as ``module:function`` (``--frames-fn``), called as
+``fn(model_dir=Path, split=str, language=str | None, max_utterances=int | None)`` and yielding
+``(talker_hidden (T, E), codes (T, 16))`` per utterance (for the mini world: the talker run with
+teacher forcing over a corpus split). Heavy imports stay inside the command bodies.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from rvqspec.commands.bench import bench_app
+
+
+@dataclass(frozen=True)
+class SpecCLIDefaults:
+    """The one place the spec command defaults live (library defaults are read from their configs)."""
+
+    kind: str = "offsets"
+    source: str = "teacher_forced"
+    max_rank: int = 16
+    budget: int = 16
+    max_depth: int = 3
+    budgets: tuple = (4, 8, 16, 32, 64)
+    run_frames: int = 200
+    timing_frames: int = 200
+    seed: int = 0
+    frames_fn: str = "rvqspec.bench_spec:mini_frames"  # the mini world's corpus + teacher-forced talker
+
+
+_D = SpecCLIDefaults()
+spec_app = typer.Typer(help="RVQ position-aware speculative decoding: extraction, drafter training, trees.",
+                       no_args_is_help=True)
+
+
+def _load_cp(model_dir: Path):
+    from rvqspec.checkpoint import load_qwen3_tts
+
+    return load_qwen3_tts(model_dir, parts=("code_predictor",)).code_predictor
+
+
+def _frames_fn(spec: Optional[str]):
+    import importlib
+
+    if not spec or ":" not in spec:
+        raise typer.BadParameter(f"--frames-fn must be 'module:function', got {spec!r}; the function is called "
+                                 "fn(model_dir=, split=, language=, max_utterances=) and yields "
+                                 "(talker_hidden (T, E), codes (T, 16)) per utterance")
+    mod, name = spec.split(":", 1)
+    try:
+        return getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError) as e:
+        raise typer.BadParameter(f"--frames-fn {spec!r}: {e}") from e
+
+
+def _emit(result: dict, as_json: bool, out: Optional[Path]) -> None:
+    text = json.dumps(result, indent=1, default=str)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    typer.echo(text if as_json else json.dumps(result, indent=1, default=str)[:4000])
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(spec_app, name="spec")
+
+    @spec_app.command("extract")
+    def extract_cmd(
+        model_dir: Path = typer.Option(..., help="Checkpoint directory (official layout)."),
+        out: Path = typer.Option(..., help="Output shard directory (manifest.json + shard_*.safetensors)."),
+        frames_fn: str = typer.Option(_D.frames_fn, help="module:function yielding (talker_hidden, codes) per utterance."),
+        split: str = typer.Option("train", help="Corpus split passed to the frames function."),
+        language: Optional[str] = typer.Option(None, help="Language passed to the frames function."),
+        source: str = typer.Option(_D.source, help="teacher_forced | free_running."),
+        max_utterances: Optional[int] = typer.Option(None, help="Cap on utterances."),
+        seed: int = typer.Option(_D.seed, help="Generator seed (free-running sampling)."),
+    ) -> None:
+        """Extract hidden states h_1..h_15 + codes into shards (seed 000 §2.2)."""
+        import torch
+
+        from rvqspec.extract import extract
+
+        cp = _load_cp(model_dir)
+        utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=max_utterances)
+        path = extract(cp, utts, out, source=source, generator=torch.Generator().manual_seed(seed),
+                       extra={"split": split, "language": language})
+        typer.echo(str(path))
+
+    @spec_app.command("train")
+    def train_cmd(
+        model_dir: Path = typer.Option(..., help="Checkpoint directory."),
+        shards: Path = typer.Option(..., help="Teacher-forced shard directory."),
+        out: Path = typer.Option(..., help="Output drafter .safetensors."),
+        kind: str = typer.Option(_D.kind, help="offsets | per_position | low_rank | medusa."),
+        epochs: Optional[int] = typer.Option(None, help="Epochs (default: DrafterTrainConfig)."),
+        max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
+        loss_out: Optional[Path] = typer.Option(None, help="Write the loss curve JSON here."),
+    ) -> None:
+        """Train a drafter over the frozen code predictor (Adam 1e-3, batch 32)."""
+        from dataclasses import replace
+
+        from rvqspec.drafters import make_drafter
+        from rvqspec.train_drafter import DrafterTrainConfig, train_drafter
+
+        cp = _load_cp(model_dir)
+        cfg = DrafterTrainConfig()
+        cfg = replace(cfg, epochs=epochs or cfg.epochs, max_steps=max_steps)
+        d, losses = train_drafter(make_drafter(kind, cp), cp, shards, cfg)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        d.save(out, cp)
+        if loss_out:
+            loss_out.write_text(json.dumps({"kind": kind, "losses": losses}))
+        typer.echo(json.dumps({"out": str(out), "kind": kind, "steps": len(losses),
+                               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}))
+
+    @spec_app.command("calibrate")
+    def calibrate_cmd(
+        model_dir: Path = typer.Option(..., help="Checkpoint directory."),
+        shards: Path = typer.Option(..., help="Free-running calibration shard directory."),
+        out: Path = typer.Option(..., help="Acceptance table JSON."),
+        drafter: Optional[Path] = typer.Option(None, help="Drafter .safetensors (omit: reused heads)."),
+        max_rank: int = typer.Option(_D.max_rank, help="Ranks per depth in the table."),
+    ) -> None:
+        """Acceptance statistics acc(depth, rank) on a calibration set."""
+        from rvqspec.acceptance import acceptance_table
+        from rvqspec.drafters import load_drafter, make_drafter
+        from rvqspec.extract import ShardDataset
+
+        cp = _load_cp(model_dir)
+        d = load_drafter(drafter, cp) if drafter else make_drafter("reused", cp)
+        ds = ShardDataset(shards, batch_size=256, shuffle=False, code_predictor=cp)
+        table = acceptance_table(d, cp, ds, max_rank=max_rank, source=ds.manifest["source"])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(table.to_json()))
+        typer.echo(json.dumps({"out": str(out), "acc_top1": table.acc[:, 0].round(4).tolist()}))
+
+    @spec_app.command("grow-tree")
+    def grow_tree_cmd(
+        acceptance: Path = typer.Option(..., help="Acceptance table JSON (spec calibrate)."),
+        out: Path = typer.Option(..., help="Tree JSON (list of rank paths)."),
+        budget: int = typer.Option(_D.budget, help="Node budget N."),
+        max_depth: int = typer.Option(_D.max_depth, help="Depth cap K."),
+    ) -> None:
+        """Greedy Medusa tree growth from an acceptance table."""
+        from rvqspec.acceptance import AcceptanceTable
+        from rvqspec.tree import SparseTree
+
+        table = AcceptanceTable.from_json(json.loads(acceptance.read_text()), where=str(acceptance))
+        tree = SparseTree.grow(table.acc, budget, max_depth=max_depth)
+        tree.save(out)
+        typer.echo(json.dumps({"out": str(out), "N": len(tree), "expected_length": tree.expected_length(table.acc)}))
+
+    @bench_app.command("acceptance")
+    def bench_acceptance_cmd(
+        model_dir: Path = typer.Option(..., help="Checkpoint directory."),
+        calibration: Path = typer.Option(..., help="Free-running calibration shard directory."),
+        frames_fn: str = typer.Option(_D.frames_fn, help="module:function yielding (talker_hidden, codes) per utterance."),
+        drafter: List[str] = typer.Option([], help="NAME=PATH of a trained drafter (repeatable); 'reused' is always added."),
+        split: str = typer.Option("eval", help="Evaluation split."),
+        languages: List[str] = typer.Option(["en"], help="Evaluation languages (repeatable)."),
+        budgets: List[int] = typer.Option(list(_D.budgets), help="Tree budgets N (repeatable)."),
+        max_utterances: Optional[int] = typer.Option(None, help="Cap on utterances per language."),
+        run_frames: int = typer.Option(_D.run_frames, help="Frames per (drafter, N, language) decoder run."),
+        seed: int = typer.Option(_D.seed),
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
+        out: Optional[Path] = typer.Option(None, help="Also write the JSON here."),
+    ) -> None:
+        """Tokens per call per drafter x language x N, oracle ceiling, added parameters."""
+        from rvqspec.bench_spec import bench_acceptance
+        from rvqspec.drafters import load_drafter, make_drafter
+        from rvqspec.extract import ShardDataset
+
+        cp = _load_cp(model_dir)
+        drafters = {"reused": make_drafter("reused", cp)}
+        for item in drafter:
+            if "=" not in item:
+                raise typer.BadParameter(f"--drafter expects NAME=PATH, got {item!r}")
+            name, path = item.split("=", 1)
+            drafters[name] = load_drafter(path, cp)
+        fn = _frames_fn(frames_fn)
+        evaluation = {lang: list(fn(model_dir=model_dir, split=split, language=lang, max_utterances=max_utterances))
+                      for lang in languages}
+        calib = ShardDataset(calibration, batch_size=256, shuffle=False, code_predictor=cp)
+        result = bench_acceptance(cp, drafters, calib, evaluation, budgets=tuple(budgets), seed=seed,
+                                  run_frames=run_frames)
+        _emit(result, as_json, out)
+
+    @bench_app.command("spec")
+    def bench_spec_cmd(
+        acceptance_json: Path = typer.Option(..., help="Output of `bench acceptance` (tokens per call per N)."),
+        drafter_name: str = typer.Option(_D.kind, help="Drafter entry of the acceptance JSON to project with."),
+        model_dir: Optional[Path] = typer.Option(None, help="Mini checkpoint for the wall-clock AR vs spec run."),
+        drafter: Optional[Path] = typer.Option(None, help="Drafter .safetensors for the wall-clock run."),
+        tree: Optional[Path] = typer.Option(None, help="Tree JSON for the wall-clock run (default: the N from the JSON)."),
+        budget: int = typer.Option(_D.budget, help="N of the wall-clock run when no --tree is given."),
+        frames_fn: str = typer.Option(_D.frames_fn, help="module:function for the wall-clock frames."),
+        split: str = typer.Option("eval"),
+        language: str = typer.Option("en"),
+        frames: int = typer.Option(_D.timing_frames, help="Timed frames (median)."),
+        full_size: bool = typer.Option(True, help="Also time q=1 vs q=N+1 on a random full-size code predictor."),
+        threads: Optional[int] = typer.Option(None, help="torch threads for the full-size timing."),
+        as_json: bool = typer.Option(False, "--json"),
+        out: Optional[Path] = typer.Option(None),
+    ) -> None:
+        """Wall-clock inner loop AR vs speculative (mini) and the full-size verify overhead / projection."""
+        from rvqspec.bench_spec import (bench_full_size, bench_inner_loop, frames_for_timing,
+                                        tokens_per_call_from_acceptance)
+        from rvqspec.drafters import load_drafter
+        from rvqspec.spec import SpeculativeCodePredictor
+        from rvqspec.tree import SparseTree
+
+        acc = json.loads(acceptance_json.read_text())
+        tpc = tokens_per_call_from_acceptance(acc, drafter_name)
+        result: dict = {"acceptance_json": str(acceptance_json), "drafter": drafter_name}
+        if model_dir is not None:
+            if drafter is None:
+                raise typer.BadParameter("the wall-clock run needs --drafter with --model-dir")
+            cp = _load_cp(model_dir)
+            d = load_drafter(drafter, cp)
+            if tree is not None:
+                t = SparseTree.load(tree)
+            else:
+                entry = acc["drafters"][drafter_name]
+                t = SparseTree(entry["trees"][str(budget)] if str(budget) in entry["trees"] else entry["trees"][budget])
+            spec = SpeculativeCodePredictor(cp, d, t)
+            utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=None)
+            result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames))
+        if full_size:
+            result["full_size"] = bench_full_size(tpc, threads=threads)
+        _emit(result, as_json, out)

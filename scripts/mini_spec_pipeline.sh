@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Seed 000 on the mini world, step by step with the CLI (the same commands work on a real
+# checkpoint with --frames-fn pointing at real data): extraction, drafter training, calibration,
+# tree growth, acceptance benchmark and wall-clock benchmark. Writes data/mini/{drafters,trees}
+# and data/mini/bench/*.json; intermediate shards go to runs/spec.
+set -euo pipefail
+M=${MODEL:-data/mini/model}
+R=${RUNS:-runs/spec}
+D=${DATA:-data/mini}
+RV=${RVQSPEC:-.venv/bin/rvqspec}
+mkdir -p "$R" "$D/drafters" "$D/trees" "$D/bench"
+$RV spec extract --model-dir "$M" --out "$R/tf_train" --split train --language en --source teacher_forced
+$RV spec extract --model-dir "$M" --out "$R/fr_calib" --split calibration --language en --source free_running --seed 0
+for k in offsets per_position low_rank medusa; do
+  $RV spec train --model-dir "$M" --shards "$R/tf_train" --kind $k --out "$D/drafters/$k.safetensors" --loss-out "$R/loss_$k.json"
+done
+$RV spec calibrate --model-dir "$M" --shards "$R/fr_calib" --out "$D/trees/acceptance_reused.json"
+$RV spec calibrate --model-dir "$M" --shards "$R/fr_calib" --drafter "$D/drafters/offsets.safetensors" --out "$D/trees/acceptance_offsets.json"
+for n in 4 8 16 32 64; do
+  $RV spec grow-tree --acceptance "$D/trees/acceptance_offsets.json" --budget $n --out "$D/trees/offsets_n$n.json"
+done
