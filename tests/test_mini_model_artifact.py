@@ -44,7 +44,7 @@ def test_depth_structure_entropy_grows_with_codebook_depth():
     torch.manual_seed(0)
     tts = MiniTTS.load()
     ev = load_corpus(DATA / "corpus")["eval"]
-    en = ev.filter(lambda lang: lang == "en", input_columns="language").select(range(16))
+    en = ev.filter(lambda lang: lang == "en", input_columns="language", keep_in_memory=True).select(range(16))
     ent = depth_entropy(tts, en["phoneme_frames"], en["codes"])["softmax"]
     shallow, deep = sum(ent[1:4]) / 3, sum(ent[8:16]) / 8
     assert deep > shallow + 0.2, ent

@@ -98,7 +98,7 @@ def _load_split(corpus_dir: Path, split: str) -> tuple[list[np.ndarray], list[np
             raise KeyError(f"{corpus_dir}: no split {split!r} (has {list(ds)})")
         ds = ds[split]
     else:
-        ds = ds.filter(lambda s: s == split, input_columns="split")
+        ds = ds.filter(lambda s: s == split, input_columns="split", keep_in_memory=True)
     for col in ("phoneme_frames", "codes"):
         if col not in ds.column_names:
             raise KeyError(f"{corpus_dir}: column {col!r} is missing (has {ds.column_names})")

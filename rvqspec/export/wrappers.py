@@ -1,0 +1,361 @@
+"""Static-shape export graphs of the code predictor: the AR step and the fused speculative round.
+
+One module, `RoundGraph`, covers both: the AR step is the round of the empty tree (q = 1, no
+drafts), the fused call (seed 000 Figure 3) is the round of a tree of N nodes (q = N + 1).
+
+Cache layout (Argmax TTSKit / whisperkittools style, explicit KV in and out, no Core ML state):
+
+* ``key_cache`` / ``value_cache`` (L, n_kv, S, head_dim): the committed prefix, S = 16 static
+  slots (positions 0..15 of one frame). The host owns the cache; slot s holds position s; keys
+  are stored as the graph returns them (after k-norm and RoPE), so they are never recomputed.
+* ``key_padding_mask`` (1, S) additive: 0 on filled slots 0..cache_length-1, -1e4 elsewhere.
+* ``cache_length`` (1,) int32: the number of committed slots = the position of query 0 (the
+  committed token; AR: the only token). Node i of the tree sits at position cache_length + depth_i.
+* outputs ``key_update`` / ``value_update`` (L, n_kv, q, head_dim): the K/V columns of the q
+  queries. The host writes the columns it keeps: AR the single column at slot cache_length; a
+  speculative round the root plus the accepted path at cache_length, cache_length+1, ... (this is
+  also the KV compaction of Figure 2: rejected nodes are simply never written).
+
+Why this layout: the attention of a query reads [cache (S), this call's q columns] concatenated,
+under [key_padding_mask, tree mask]; no one-hot blend is needed because new columns never go
+through the cache inside the call (a blend works only for q = 1), the graph has no state
+(``ct.StateType`` models have been reported to fall off the ANE, docs references), every shape is
+static, and every tensor has rank <= 4 with the head axis first. Host work is a row copy.
+
+Heads. Verifier head of node i = cache_length - 1 + depth_i (LM head i reads position i+1,
+docs/design.md); drafts of the next round from node i read heads cache_length - 1 + depth_i + j,
+j = 1..D (seed 000 §2.2: c_{p+j} = LMH_{p-1+j}(h_p + b_j)). All heads of a round lie in a window
+of 2D + 1 consecutive heads starting at cache_length - 1, gathered once per call from the stacked
+(15, V, H) head weights (indices clamped to 0..14: rows past c15 are computed for static shapes and
+ignored by the host, as the AR step at position 0). Rows that share a head are concatenated so
+each head matrix is read once per call (memory-bound regime, seed 000 §3.4). That is
+``heads="window"`` (the default: reads 2D + 1 head matrices per call). ``heads="all"`` instead runs
+every row through all 15 heads in one matmul and picks each row's head with a one-hot mask, the
+drafts' offsets entering as constant logits LMH(b_j) (heads have no bias): no data-dependent
+gather of weights, like TTSKit's `all_logits`, at the price of reading all 15 heads and q x 15 x V
+logits per call. Which is faster on the ANE needs a Mac to tell; both are exported and tested.
+
+Drafts. ``draft_tokens`` (1, q, N) int32: row r = the next round's N tree-node tokens if node r is
+the last accepted one (top-R of LMH(h_r + b_j), picked by the tree's (depth, rank) paths); the host
+takes the row of the last accepted node: no separate drafting call (seed 000 Figure 3). Offsets
+b_j come from a `PositionOffsets` drafter, baked as constants (zeros = reused heads, drafter (i)).
+
+ANE / Core ML numerics (docs/references.md, environment notes):
+* GQA by hand: the n_rep query heads of a KV head are folded into the query axis (no K/V copy);
+  Core ML ignores SDPA's ``enable_gqa``.
+* q is pre-scaled by head_dim**-0.5 and attention is written as matmul + softmax (an explicit
+  ``scale=`` disables Core ML's fused SDPA op, which needs iOS 18 anyway).
+* additive masks use -1e4, not -inf (fp16 safe; exp(-1e4) is exactly 0 in fp32 and fp16, so the
+  softmax, hence the argmax, is unchanged: tested).
+* RMSNorm as LayerNorm of [x, -x] (mean 0, so LayerNorm's variance is mean(x^2)): the same
+  value, but the fused layer_norm op keeps its statistics safe in fp16, where x.pow(2) of a
+  residual-stream entry above 256 overflows (Apple ml-ane-transformers practice).
+* RoPE cos/sin are a constant table over positions 0..S+D-1 computed in float32, gathered by
+  position (no fp16 cos/sin of large angles in the graph).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rvqspec.tree import SparseTree
+
+MASK_VALUE = -1e4  # additive "not visible" (fp16 safe; see module docstring)
+HEAD_MODES = ("window", "all")  # how a graph reaches the LM heads (module docstring, "Heads")
+
+
+class ExportError(ValueError):
+    """An export request that does not fit (tree, drafter, model); the message names the value."""
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """Static description of one exported graph: names, shapes, dtypes of its inputs and outputs."""
+
+    name: str
+    q: int
+    inputs: dict[str, tuple[tuple[int, ...], str]]    # name -> (shape, "float" | "int32")
+    outputs: dict[str, tuple[tuple[int, ...], str]]
+
+
+def offsets_from_drafter(drafter, code_predictor, depth: int) -> torch.Tensor:
+    """The (depth, H) float32 offsets b_1..b_depth baked into the fused graph.
+
+    None -> zeros (drafter (i), reused heads). Only `PositionOffsets` (shared b_j, seed 000 §2.2) is
+    exportable as constants; other drafters depend on the start position or add layers."""
+    H = code_predictor.config.hidden_size
+    if drafter is None:
+        return torch.zeros(depth, H)  # (D, H)
+    from rvqspec.drafters import PositionOffsets
+
+    if type(drafter) is not PositionOffsets:
+        raise ExportError(f"only PositionOffsets drafters can be exported (shared b_j, seed 000 §2.2); "
+                          f"got kind={getattr(drafter, 'kind', type(drafter).__name__)!r}")
+    if drafter.hidden_size != H:
+        raise ExportError(f"drafter hidden_size={drafter.hidden_size} != code predictor hidden_size={H}")
+    if drafter.num_offsets < depth:
+        raise ExportError(f"tree depth {depth} exceeds the drafter's K={drafter.num_offsets}")
+    return drafter.offsets.detach()[:depth].to(torch.float32).cpu().clone()  # (D, H)
+
+
+def _ln_rms(x: torch.Tensor, weight: torch.Tensor, n: int, eps: float) -> torch.Tensor:
+    """RMSNorm over the last axis (width n, a Python int: reading weight.shape would trace an int op
+    Core ML cannot convert) as LayerNorm of [x, -x] (see module docstring)."""
+    y = F.layer_norm(torch.cat([x, -x], dim=-1), (2 * n,), eps=eps)  # (..., 2n): mean 0, var mean(x^2)
+    return y[..., :n] * weight
+
+
+class RoundGraph(nn.Module):
+    """One static graph: the AR step (tree None or empty) or the fused round of `tree`.
+
+    forward(input_embeds (1, q, E), cache_length (1,) int32, key_padding_mask (1, S),
+            key_cache (L, n_kv, S, hd), value_cache (L, n_kv, S, hd))
+      -> logits (1, q, V), key_update (L, n_kv, q, hd), value_update (L, n_kv, q, hd)
+         [, draft_tokens (1, q, N) int32 when the tree is not empty]
+
+    input_embeds are the host's embedding lookups (position 0: talker hidden; position 1: talker
+    codec embedding of c0; position p >= 2: table p-2 of c_{p-1}; tree node i: the table of its
+    code), so the 15 embedding tables stay out of the graph, as in TTSKit's stepped decoder.
+    The graph reads the code predictor's weights at export time (they are constants after trace).
+    """
+
+    def __init__(self, code_predictor, tree: SparseTree | None = None, offsets: torch.Tensor | None = None,
+                 cache_len: int | None = None, mask_value: float = MASK_VALUE,
+                 head_stack: torch.Tensor | None = None, heads: str = "window"):
+        super().__init__()
+        c = code_predictor.config
+        if heads not in HEAD_MODES:
+            raise ExportError(f"heads must be one of {HEAD_MODES}, got {heads!r}")
+        self.heads_mode = heads
+        # Only the modules the graph reads are registered (tracing walks submodules, and the
+        # predictor's c0-embedding property raises when unwired; the c0 lookup is host-side).
+        object.__setattr__(self, "cp", code_predictor)
+        self.layers = code_predictor.model.layers
+        self.norm = code_predictor.model.norm
+        self.proj = code_predictor.small_to_mtp_projection
+        self.tree = tree if tree is not None else SparseTree([])
+        self.q = len(self.tree) + 1
+        self.S = int(cache_len or c.num_code_groups)
+        if self.S < 2:
+            raise ExportError(f"cache_len must be >= 2, got {self.S}")
+        b = self.tree.buffers()
+        self.D = b.max_depth                       # drafted depth = lookaheads the next round needs
+        self.R = max(b.max_rank, 1)                # top-R candidates per drafted depth
+        self.n_heads_out = c.num_code_groups - 1   # 15 LM heads
+        self.n_kv, self.hd = c.num_key_value_heads, c.head_dim
+        self.n_rep = c.num_attention_heads // c.num_key_value_heads  # query heads per KV head (GQA)
+        self.eps = c.rms_norm_eps
+        self.mask_value = float(mask_value)
+        # depth spans: canonical tree order keeps each depth contiguous (rvqspec.tree)
+        depth = b.depth
+        self.spans = []
+        for d in range(self.D + 1):
+            idx = (depth == d).nonzero().flatten()
+            self.spans.append((int(idx.min()), int(idx.max()) + 1))
+        self.register_buffer("depth", depth.to(torch.int32), persistent=False)  # (q,)
+        tree_mask = torch.zeros(self.q, self.q).masked_fill(~b.mask, self.mask_value)  # (q, q) additive
+        self.register_buffer("tree_mask", tree_mask, persistent=False)
+        # RoPE table for positions 0..S+D-1 in float32 (as the model's Rope), gathered by position
+        P = self.S + self.D
+        pos = torch.arange(P).view(1, P)  # CPU; `.to(device)` moves the tables with the graph
+        cos, sin = code_predictor.rope(pos, torch.float32)  # (1, 1, P, hd) each
+        self.register_buffer("rope_cos", cos[0, 0].clone(), persistent=False)  # (P, hd)
+        self.register_buffer("rope_sin", sin[0, 0].clone(), persistent=False)  # (P, hd)
+        self.P = P
+        # (15, V, H) stacked LM heads; several graphs of one predictor may share one stack
+        if head_stack is None:
+            head_stack = torch.stack([m.weight.detach() for m in code_predictor.lm_head])
+        self.register_buffer("head_stack", head_stack, persistent=False)
+        self.W = 2 * self.D + 1  # head window: verify depths 0..D plus lookaheads 1..D
+        self.register_buffer("window", torch.arange(self.W, dtype=torch.int32), persistent=False)  # (W,)
+        if self.D:
+            off = offsets if offsets is not None else torch.zeros(self.D, c.hidden_size)
+            if tuple(off.shape) != (self.D, c.hidden_size):
+                raise ExportError(f"offsets must have shape (tree depth {self.D}, H {c.hidden_size}), "
+                                  f"got {tuple(off.shape)}")
+            self.register_buffer("offsets", off.to(head_stack.dtype).clone(), persistent=False)  # (D, H)
+            # next-round node i takes rank r_i of the depth-d_i drafts: flat index (d_i - 1) * R + r_i
+            tok = (b.depth[1:] - 1) * self.R + b.rank[1:]  # (N,)
+            self.register_buffer("tok_index", tok.to(torch.int32), persistent=False)
+        elif offsets is not None and offsets.numel():
+            raise ExportError("offsets given for the AR step (empty tree)")
+        if heads == "all":
+            # LM heads have no bias, so LMH(h + b_j) = LMH(h) + LMH(b_j): the offsets become constant
+            # logits per (j, head), computed once here in float32 (seed 000 §2.2 drafts, no matmul).
+            self.register_buffer("head_ids", torch.arange(self.n_heads_out, dtype=torch.int32), persistent=False)
+            if self.D:
+                off_logits = torch.einsum("hvk,jk->jhv", head_stack.float(), self.offsets.float())  # (D, 15, V)
+                self.register_buffer("offset_logits", off_logits.to(head_stack.dtype), persistent=False)
+
+    # ---- static description ------------------------------------------------------------------
+    def spec(self, name: str) -> GraphSpec:
+        c = self.cp.config
+        L, q, S = c.num_hidden_layers, self.q, self.S
+        kv = (L, self.n_kv, S, self.hd)
+        inputs = {"input_embeds": ((1, q, c.talker_hidden_size), "float"), "cache_length": ((1,), "int32"),
+                  "key_padding_mask": ((1, S), "float"), "key_cache": (kv, "float"), "value_cache": (kv, "float")}
+        outputs = {"logits": ((1, q, c.vocab_size), "float"),
+                   "key_update": ((L, self.n_kv, q, self.hd), "float"),
+                   "value_update": ((L, self.n_kv, q, self.hd), "float")}
+        if self.D:
+            outputs["draft_tokens"] = ((1, q, len(self.tree)), "int32")
+        return GraphSpec(name=name, q=q, inputs=inputs, outputs=outputs)
+
+    def example_inputs(self, cache_length: int = 1, generator: torch.Generator | None = None,
+                       dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+        """Random inputs of the right shapes (filled slots 0..cache_length-1), for tracing and tests."""
+        if not 0 <= cache_length <= self.S:
+            raise ExportError(f"cache_length must be in 0..{self.S}, got {cache_length}")
+        dtype = dtype or self.head_stack.dtype
+        g = generator or torch.Generator().manual_seed(0)
+        spec = self.spec("x").inputs
+        emb = torch.randn(spec["input_embeds"][0], generator=g).to(dtype)
+        kc = torch.randn(spec["key_cache"][0], generator=g).to(dtype)
+        vc = torch.randn(spec["value_cache"][0], generator=g).to(dtype)
+        kpm = padding_mask(cache_length, self.S, dtype)
+        return emb, torch.tensor([cache_length], dtype=torch.int32), kpm, kc, vc
+
+    # ---- graph -------------------------------------------------------------------------------
+    def forward(self, input_embeds: torch.Tensor, cache_length: torch.Tensor, key_padding_mask: torch.Tensor,
+                key_cache: torch.Tensor, value_cache: torch.Tensor):
+        H = self.cp.config.hidden_size
+        q, S, hd, n_kv, n_rep = self.q, self.S, self.hd, self.n_kv, self.n_rep
+        dt = self.head_stack.dtype
+        x = self.proj(input_embeds[0].to(dt))  # (q, H)
+        pos = (cache_length + self.depth).clamp(0, self.P - 1)  # (q,) int32
+        cos = self.rope_cos.index_select(0, pos).to(dt).unsqueeze(0)  # (1, q, hd)
+        sin = self.rope_sin.index_select(0, pos).to(dt).unsqueeze(0)
+        mask = torch.cat([key_padding_mask.to(dt).expand(q, S), self.tree_mask.to(dt)], dim=-1)  # (q, S+q)
+        mask = mask.repeat(n_rep, 1)  # (n_rep*q, S+q): folded query axis is (rep, q)
+        k_new, v_new = [], []
+        for i, layer in enumerate(self.layers):
+            att = layer.self_attn
+            h = _ln_rms(x, layer.input_layernorm.weight, H, self.eps)  # (q, H)
+            qh = _ln_rms(F.linear(h, att.q_proj.weight, att.q_proj.bias).unflatten(-1, (-1, hd)),
+                         att.q_norm.weight, hd, self.eps).transpose(0, 1)  # (nh, q, hd)
+            kh = _ln_rms(F.linear(h, att.k_proj.weight, att.k_proj.bias).unflatten(-1, (-1, hd)),
+                         att.k_norm.weight, hd, self.eps).transpose(0, 1)  # (nkv, q, hd)
+            vh = F.linear(h, att.v_proj.weight, att.v_proj.bias).unflatten(-1, (-1, hd)).transpose(0, 1)  # (nkv, q, hd)
+            half = hd // 2
+            qh = qh * cos + torch.cat([-qh[..., half:], qh[..., :half]], -1) * sin
+            kh = kh * cos + torch.cat([-kh[..., half:], kh[..., :half]], -1) * sin
+            k_new.append(kh)
+            v_new.append(vh)
+            keys = torch.cat([key_cache[i].to(dt), kh], dim=1)  # (nkv, S+q, hd)
+            vals = torch.cat([value_cache[i].to(dt), vh], dim=1)  # (nkv, S+q, hd)
+            qg = (qh * hd ** -0.5).unflatten(0, (n_kv, n_rep)).flatten(1, 2)  # (nkv, n_rep*q, hd), pre-scaled
+            scores = torch.matmul(qg, keys.transpose(1, 2)) + mask  # (nkv, n_rep*q, S+q)
+            o = torch.matmul(scores.softmax(-1), vals)  # (nkv, n_rep*q, hd)
+            o = o.unflatten(1, (n_rep, q)).flatten(0, 1).transpose(0, 1).flatten(1)  # (q, nh*hd)
+            x = x + F.linear(o, att.o_proj.weight, att.o_proj.bias)
+            h = _ln_rms(x, layer.post_attention_layernorm.weight, H, self.eps)
+            m = layer.mlp
+            act = F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight)  # (q, I) SwiGLU
+            x = x + F.linear(act, m.down_proj.weight)
+        hid = _ln_rms(x, self.norm.weight, H, self.eps)  # (q, H)
+        key_update = torch.stack(k_new)  # (L, nkv, q, hd)
+        value_update = torch.stack(v_new)
+        if self.heads_mode == "all":
+            verify, drafts = self._all_heads(hid, cache_length)
+        else:
+            # heads of this round: window cache_length-1 .. cache_length-1+2D, clamped to 0..14
+            win = (cache_length - 1 + self.window).clamp(0, self.n_heads_out - 1)  # (W,) on the graph's device
+            heads = self.head_stack.index_select(0, win)  # (W, V, H)
+            verify, drafts = self._heads(hid, heads)
+        logits = verify.unsqueeze(0)  # (1, q, V)
+        if not self.D:
+            return logits, key_update, value_update
+        top = drafts.topk(self.R, dim=-1).indices  # (q, D, R)
+        draft_tokens = top.flatten(1).index_select(1, self.tok_index).to(torch.int32).unsqueeze(0)  # (1, q, N)
+        return logits, key_update, value_update, draft_tokens
+
+    def _heads(self, hid: torch.Tensor, heads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hid (q, H), heads (W, V, H) -> verifier logits (q, V), draft logits (q, D, V) or None.
+
+        Piece (d, j) = rows of depth d read by window head d + j (j = 0: verify, no offset; j >= 1:
+        draft with offset b_j). Pieces sharing a head are concatenated: one matmul per head."""
+        pieces: dict[tuple[int, int], torch.Tensor] = {}
+        for w in range(self.W):
+            parts, keys = [], []
+            for d in range(self.D + 1):
+                j = w - d
+                if 0 <= j <= self.D:
+                    lo, hi = self.spans[d]
+                    parts.append(hid[lo:hi] if j == 0 else hid[lo:hi] + self.offsets[j - 1])  # (n_d, H)
+                    keys.append((d, j, hi - lo))
+            if not parts:
+                continue
+            y = F.linear(torch.cat(parts, 0), heads[w])  # (rows, V)
+            start = 0
+            for d, j, n in keys:
+                pieces[(d, j)] = y[start:start + n]
+                start += n
+        verify = torch.cat([pieces[(d, 0)] for d in range(self.D + 1)], 0)  # (q, V)
+        if not self.D:
+            return verify, None
+        drafts = torch.stack([torch.cat([pieces[(d, j)] for d in range(self.D + 1)], 0)
+                              for j in range(1, self.D + 1)], dim=1)  # (q, D, V)
+        return verify, drafts
+
+
+    def _all_heads(self, hid: torch.Tensor, cache_length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """heads="all" (Argmax TTSKit's `all_logits` idea): every row through all 15 heads in one
+        matmul, then each row's head picked by a one-hot mask (compare + multiply + sum: no dynamic
+        gather of weight matrices, which the ANE may not run). hid (q, H) -> (q, V), (q, D, V)."""
+        n, V = self.n_heads_out, self.cp.config.vocab_size  # Python ints: no traced shape reads
+        dt = hid.dtype
+        all_logits = F.linear(hid, self.head_stack.flatten(0, 1)).unflatten(-1, (n, V))  # (q, 15, V)
+
+        def pick(j: int) -> torch.Tensor:  # (q, 15) one-hot of head cache_length - 1 + depth + j
+            head = (cache_length - 1 + self.depth + j).clamp(0, n - 1)  # (q,)
+            return (head.unsqueeze(1) == self.head_ids.unsqueeze(0)).to(dt)
+
+        verify = (pick(0).unsqueeze(-1) * all_logits).sum(1)  # (q, V)
+        if not self.D:
+            return verify, None
+        drafts = torch.stack([(pick(j).unsqueeze(-1) * (all_logits + self.offset_logits[j - 1])).sum(1)
+                              for j in range(1, self.D + 1)], dim=1)  # (q, D, V)
+        return verify, drafts
+
+
+def padding_mask(cache_length: int, cache_len: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(1, S) additive key padding mask: 0 on slots 0..cache_length-1, MASK_VALUE elsewhere."""
+    m = torch.full((1, cache_len), MASK_VALUE, dtype=dtype)
+    m[:, :cache_length] = 0
+    return m
+
+
+def ar_graph(code_predictor, cache_len: int | None = None, **kw) -> RoundGraph:
+    """The AR step (q = 1): seed 000 §3.4's baseline call."""
+    return RoundGraph(code_predictor, None, None, cache_len, **kw).eval()
+
+
+def fused_graph(code_predictor, tree: SparseTree, drafter=None, cache_len: int | None = None, **kw) -> RoundGraph:
+    """The fused draft+verify round for `tree` (q = N + 1), offsets from `drafter` (None: zeros)."""
+    if len(tree) == 0:
+        raise ExportError("the fused graph needs a non-empty tree (the empty tree is the AR step)")
+    off = offsets_from_drafter(drafter, code_predictor, tree.max_depth)
+    return RoundGraph(code_predictor, tree, off, cache_len, **kw).eval()
+
+
+def as_float32(code_predictor):
+    """The predictor itself when it is float32, else a float32 copy (never converts in place: the
+    graphs register the predictor's own layers)."""
+    if next(code_predictor.parameters()).dtype == torch.float32:
+        return code_predictor
+    import copy
+
+    return copy.deepcopy(code_predictor).float()
+
+
+def psnr(reference: torch.Tensor, test: torch.Tensor) -> float:
+    """Peak signal-to-noise ratio in dB of `test` against `reference` (peak = max |reference|), the
+    whisperkittools parity measure; inf when identical."""
+    ref = reference.detach().to(torch.float64)
+    err = (test.detach().to(torch.float64) - ref).pow(2).mean().sqrt()
+    if float(err) == 0.0:
+        return float("inf")
+    return float(20 * torch.log10(ref.abs().max() / err))
