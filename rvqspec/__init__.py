@@ -21,6 +21,7 @@ _EXPORTS = {
     "SparseTree": "rvqspec.tree",
     "PositionOffsets": "rvqspec.drafters",
     "SpeculativeCodePredictor": "rvqspec.spec",
+    "accelerate": "rvqspec.official_accel",
 }
 
 __all__ = sorted(_EXPORTS)

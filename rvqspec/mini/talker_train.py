@@ -159,8 +159,10 @@ def losses(talker: CodeDecoder, cp: MultiCodeDecoder, text: torch.Tensor, codes:
 
 
 def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str | Path, toy: bool = False,
-                     config: MiniModelConfig | None = None, tokenizer_path: str | Path | None = None) -> dict:
-    """Train the mini model and save it in the official layout at out_dir. Returns metrics."""
+                     config: MiniModelConfig | None = None, tokenizer_path: str | Path | None = None,
+                     init_dir: str | Path | None = None) -> dict:
+    """Train the mini model and save it in the official layout at out_dir. Returns metrics.
+    `init_dir`: continue from that checkpoint's weights (same sizes) instead of a random init."""
     from rvqspec.checkpoint import Qwen3TTS, save_qwen3_tts
     from rvqspec.mini.codec import RVQCodec
     from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
@@ -181,6 +183,12 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     torch.manual_seed(cfg.seed)
     talker, cp = CodeDecoder(qcfg.talker), MultiCodeDecoder(qcfg.code_predictor)
     cp.set_c0_embedding(talker.model.codec_embedding)
+    if init_dir is not None:
+        from rvqspec.checkpoint import load_qwen3_tts
+
+        init = load_qwen3_tts(init_dir)
+        talker.load_state_dict(init.talker.state_dict())
+        cp.load_state_dict(init.code_predictor.state_dict())
     params = list(talker.parameters()) + list(cp.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -212,7 +220,8 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     save_qwen3_tts(model, tmp)
     tokenizer.save(tmp / TOKENIZER_FILE)
     (tmp / "mini_model.json").write_text(json.dumps(
-        dict(config=asdict(cfg), codebook_size=cb, codec=str(codec_dir), metrics=metrics), indent=2))
+        dict(config=asdict(cfg), codebook_size=cb, codec=str(codec_dir), metrics=metrics,
+             init_from=str(init_dir) if init_dir else None), indent=2))
     if out_dir.exists():
         import shutil
 

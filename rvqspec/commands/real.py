@@ -1,0 +1,212 @@
+"""`rvqspec real ...`: the runbook with real Qwen3-TTS weights and real datasets (docs/real_weights.md).
+
+    extract         dataset on disk -> teacher-forced hidden-state shards (data-parallel, resumable)
+    train-offsets   shards -> trained position offsets (gradient all-reduce across processes)
+    evaluate        dataset -> seed Table 3 (tokens/step and WER/CER, AR vs speculative)
+    mini-datasets   the mini corpus in the three real layouts (to rehearse the runbook)
+
+Every command runs the same under plain `python` (one process) and under `accelerate launch`
+(`rvqspec.scale`). Heavy imports happen inside the commands.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+real_app = typer.Typer(help="Real Qwen3-TTS checkpoints and datasets: extract, train offsets, calibrate, "
+                            "evaluate (works under `accelerate launch`).", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(real_app, name="real")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+CODEC_HELP = ("official:DIR (12 Hz speech tokenizer; default <MODEL>/speech_tokenizer), mini:DIR (the mini "
+              "world's codec), or FILE.py:NAME (an object with encode(audio, rate) and decode(codes))")
+TEXT_HELP = "FILE.py:NAME callable str -> (1, L) ids; default: the checkpoint's own text tokenizer"
+
+
+@real_app.command("extract")
+def extract_cmd(
+    model: Path = typer.Argument(..., help="official Qwen3-TTS checkpoint directory (config.json, model.safetensors)"),
+    dataset: Path = typer.Argument(..., help="dataset directory (save_to_disk, parquet folder, or audio folder)"),
+    out: Path = typer.Option(..., help="output directory (unit_XXXXX/ shards + manifest.json)"),
+    split: Optional[str] = typer.Option(None, help="split of a DatasetDict (e.g. train)"),
+    language: Optional[str] = typer.Option(None, help="language of every item (LibriSpeech has no column)"),
+    limit: Optional[int] = typer.Option(None, help="first N items only"),
+    speaker: Optional[str] = typer.Option(None, help="CustomVoice speaker name for the prompt"),
+    streaming: bool = typer.Option(False, help="streaming text layout instead of the wrappers' non-streaming one"),
+    auto_language: bool = typer.Option(False, help="prompt with language 'auto' instead of the item's language"),
+    codec: Optional[str] = typer.Option(None, help=CODEC_HELP),
+    text_tokenizer: Optional[str] = typer.Option(None, help=TEXT_HELP),
+    unit_items: int = typer.Option(64, help="items per work unit (the unit of resumption)"),
+    strategy: str = typer.Option("strided", help="unit assignment: strided or hash"),
+    shard_frames: int = typer.Option(8192, help="frames per shard file"),
+    dtype: str = typer.Option("float16", help="hidden-state storage dtype"),
+    source: str = typer.Option("teacher_forced", help="teacher_forced (offset training) or free_running "
+                                                       "(calibration: c1..c15 sampled by the model itself)"),
+    seed: int = typer.Option(0, help="free-running sampling seed (per unit: seed + unit index)"),
+    backend: str = typer.Option("official", help="official (official prompt builder) or mini (the mini world's "
+                                                   "checkpoint and phoneme front end)"),
+    threads: int = typer.Option(1, help="torch CPU threads per process"),
+) -> None:
+    """Hidden states of a real dataset: teacher-forced for offset training (seed 000 §2.2), free-running
+    for tree calibration (§3.3). Calibrate and grow trees with `rvqspec spec calibrate / grow-tree`."""
+    import torch
+
+    from rvqspec.datasets_real import codec_from_spec, text_ids_from_spec
+    from rvqspec.scale import (ExtractJob, ScaleConfig, extract_sharded, merge_extraction, topology,
+                               wait_for_everyone)
+
+    torch.set_num_threads(threads)
+    topo = topology()
+    cfg = ScaleConfig(unit_items=unit_items, strategy=strategy)
+    job = ExtractJob(model=str(model), dataset=str(dataset), out=str(out), split=split, language=language,
+                     limit=limit, speaker=speaker, non_streaming_mode=not streaming, use_language=not auto_language,
+                     shard_frames=shard_frames, hidden_dtype=dtype, source=source, seed=seed,
+                     backend=backend)
+    c = codec_from_spec(codec, model)
+    text = text_ids_from_spec(text_tokenizer, model) if backend == "official" else None
+    res = extract_sharded(job, c.encode, text, topo, cfg, log=_log)
+    wait_for_everyone()
+    if topo.is_main:
+        man = merge_extraction(out, res["units"])
+        summary = json.loads(man.read_text())
+        typer.echo(json.dumps({"manifest": str(man), "frames": summary["frames"], "units": res["units"],
+                               "items": res["items"], "world": topo.world,
+                               "dataset_stats": summary["extra"]["dataset_stats"]}, indent=2))
+
+
+@real_app.command("train-offsets")
+def train_offsets_cmd(
+    model: Path = typer.Argument(..., help="official Qwen3-TTS checkpoint directory"),
+    shards: Path = typer.Argument(..., help="merged extraction directory (manifest.json)"),
+    out: Path = typer.Option(..., help="drafter file to write (.safetensors)"),
+    kind: str = typer.Option("offsets", help="drafter kind (rvqspec.drafters.make_drafter)"),
+    num_offsets: int = typer.Option(3, help="K"),
+    epochs: int = typer.Option(1),
+    batch_size: int = typer.Option(32, help="per process (seed: 32 on one GPU)"),
+    lr: float = typer.Option(1e-3),
+    max_steps: Optional[int] = typer.Option(None),
+    seed: int = typer.Option(0),
+    threads: int = typer.Option(1),
+) -> None:
+    """Train the position offsets data-parallel (gradients averaged across processes)."""
+    import torch
+
+    from rvqspec.checkpoint import load_qwen3_tts
+    from rvqspec.drafters import make_drafter
+    from rvqspec.scale import DistTrainConfig, train_offsets_distributed, write_json_atomic
+
+    torch.set_num_threads(threads)
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=not torch.cuda.is_available())
+    cp = load_qwen3_tts(model, parts=("code_predictor",)).code_predictor
+    drafter = make_drafter(kind, cp, num_offsets)
+    cfg = DistTrainConfig(lr=lr, batch_size=batch_size, epochs=epochs, max_steps=max_steps, seed=seed)
+    drafter, losses = train_offsets_distributed(drafter, cp, shards, cfg, acc, log=_log)
+    if acc.is_main_process:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        drafter.save(tmp, cp)
+        tmp.replace(out)
+        info = {"drafter": str(out), "kind": kind, "steps": len(losses), "world": acc.num_processes,
+                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+                "parameters": drafter.num_parameters}
+        write_json_atomic(out.with_suffix(".json"), {**info, "losses": losses})
+        typer.echo(json.dumps(info, indent=2))
+
+
+@real_app.command("evaluate")
+def evaluate_cmd(
+    model: Path = typer.Argument(..., help="official Qwen3-TTS checkpoint directory"),
+    dataset: Path = typer.Argument(..., help="evaluation dataset directory (Fleurs)"),
+    out: Path = typer.Option(..., help="output directory: unit_XXXXX/, table3.json, table3.md"),
+    drafter: Optional[Path] = typer.Option(None, help="trained drafter (default: zero offsets)"),
+    tree: Optional[Path] = typer.Option(None, help="tree JSON (default: top-1 chain of depth K)"),
+    asr: List[str] = typer.Option(..., help="recognizer: PATH or LANG=PATH, repeatable ('*' = fallback); PATH = "
+                                            "a local transformers ASR dir, a mini recognizer dir, or FILE.py:NAME"),
+    split: Optional[str] = typer.Option(None),
+    language: Optional[str] = typer.Option(None),
+    limit: Optional[int] = typer.Option(None),
+    seeds: int = typer.Option(1, help="seeds per system (the seed averages ten)"),
+    speaker: Optional[str] = typer.Option(None),
+    max_new_tokens: int = typer.Option(2048, help="frames per utterance"),
+    auto_language: bool = typer.Option(False),
+    codec: Optional[str] = typer.Option(None, help=CODEC_HELP),
+    text_tokenizer: Optional[str] = typer.Option(None, help=TEXT_HELP),
+    unit_items: int = typer.Option(16),
+    backend: str = typer.Option("official", help="official (Qwen3-TTS generate) or mini (the mini world's "
+                                                   "model, phoneme front end and codec)"),
+    mini_codec: Path = typer.Option(Path("data/mini/codec"), help="--backend mini: the mini codec directory"),
+    device: str = typer.Option("cpu", help="recognizer device"),
+    threads: int = typer.Option(1),
+) -> None:
+    """Seed Table 3: per language, tokens/step and WER/CER of AR vs speculative synthesis."""
+    import torch
+
+    from rvqspec.datasets_real import DatasetSpec, codec_from_spec, count_items, iter_range, text_ids_from_spec
+    from rvqspec.drafters import load_drafter
+    from rvqspec.official_accel import load_official_model, shared_code_predictor
+    from rvqspec.scale import ScaleConfig, num_units, run_units, topology, unit_items as unit_range, wait_for_everyone
+    from rvqspec.tree import SparseTree
+    from rvqspec.wer_real import (EvalConfig, MiniSynthesizer, OfficialSynthesizer, RecognizerMap, evaluate_unit,
+                                  merge_eval, parse_asr_for, run_items)
+
+    torch.set_num_threads(threads)
+    topo = topology()
+    spec = DatasetSpec(str(dataset), split=split, language=language, limit=limit)
+    n_items = count_items(spec)
+    scfg = ScaleConfig(unit_items=unit_items)
+    n_units = num_units(n_items, scfg)
+    cfg = EvalConfig(seeds=tuple(range(seeds)), max_new_tokens=max_new_tokens, speaker=speaker,
+                     use_language=not auto_language)
+    state: dict = {}
+
+    def work(u: int, tmp: Path) -> dict:
+        if not state:
+            t = SparseTree.load(tree) if tree else None
+            if backend == "mini":
+                synth = MiniSynthesizer(model, mini_codec, drafter, t, cfg)
+            elif backend == "official":
+                m = load_official_model(model)
+                ours = shared_code_predictor(m.talker.code_predictor, m.talker)
+                synth = OfficialSynthesizer(m, text_ids_from_spec(text_tokenizer, model),
+                                            codec_from_spec(codec, model).decode,
+                                            load_drafter(drafter, ours) if drafter else None, t, cfg)
+            else:
+                raise typer.BadParameter(f"--backend must be official or mini, got {backend!r}")
+            state.update(synth=synth, asr=RecognizerMap(parse_asr_for(asr), device=device))
+        items = [it for _, it in iter_range(spec, unit_range(u, n_items, scfg))]
+        return evaluate_unit(tmp, run_items(state["synth"], items, state["asr"], cfg, log=_log))
+
+    run_units(out, n_units, work, topo, scfg, log=_log)
+    wait_for_everyone()
+    if topo.is_main:
+        t = merge_eval(out, n_units, meta={"model": str(model), "backend": backend, "dataset": str(dataset),
+                                           "drafter": str(drafter),
+                                           "tree": str(tree), "asr": asr, "seeds": seeds, "world": topo.world})
+        typer.echo(json.dumps({"table3": str(out / "table3.md"), "rows": t["rows"]}, indent=2))
+
+
+@real_app.command("mini-datasets")
+def mini_datasets_cmd(
+    corpus: Path = typer.Option(Path("runs/mini/corpus"), help="the mini corpus with audio"),
+    out: Path = typer.Option(Path("runs/real_mini"), help="output: voxpopuli/, librispeech/, fleurs/"),
+    train: Optional[int] = typer.Option(None, help="VoxPopuli-like items (default: the whole train split)"),
+    calibration: Optional[int] = typer.Option(None, help="LibriSpeech-like items"),
+    eval_per_language: Optional[int] = typer.Option(None, help="Fleurs-like items per language"),
+) -> None:
+    """The mini corpus written in the VoxPopuli / LibriSpeech / Fleurs layouts, to rehearse the runbook."""
+    from rvqspec.datasets_real import write_mini_layouts
+
+    typer.echo(json.dumps(write_mini_layouts(corpus, out, train, calibration, eval_per_language), indent=2))
