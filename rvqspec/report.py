@@ -1,0 +1,349 @@
+"""The main job's HTML report: `report/index.html` rendered from `report/results.json`.
+
+Everything on the page is derived from the results dict (plus the WAV files it names), so a report
+can be re-rendered from a results file alone (`render_report(results, out_dir)`), and tests can
+render one from a small fixture. The page is self-contained: plotly.js is inlined once (there is no
+network for a CDN), audio is embedded as data URIs (the WAV files stay next to the HTML too).
+
+Results layout (each key optional; a missing or 'not available' step shows as a note):
+
+    steps:      {name: {status: ok | not available | failed, seconds, note}}
+    drafters:   [{drafter, tokens_per_call, added_params, added_params_pct, N}]       (seed Table 2)
+    languages:  [{language, ar_tokens_per_call, spec_tokens_per_call, ar_wer, spec_wer,
+                  ar_cer, spec_cer, metric, n_clips, audio_min}]                     (seed Table 3)
+    acceptance: {budgets: [N...], curves: {drafter: [tokens/call per N]}, oracle: [...],
+                 table: {drafter: acc[d][r]}}
+    profile:    {device, budgets: [N...], ar_ms, verify_ms: [...], tokens_per_call: [...],
+                 speedup: [...], best_N}                                             (seed Figure 4)
+    train:      {loss: [...], val_loss: [...]}
+    trees:      {drafter: {N: paths}}
+    ab:         [{text, language, seed, ar: {wav, tokens_per_call, wer, cer, hypothesis}, spec: {...}}]
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+NOT_AVAILABLE = "not available"
+
+
+def _esc(x) -> str:
+    return html.escape(str(x))
+
+
+def _fmt(x, digits: int = 2) -> str:
+    if x is None:
+        return "&mdash;"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if not np.isfinite(x):
+            return "&mdash;"
+        return f"{x:.{digits}f}"
+    return _esc(x)
+
+
+def table_html(rows: Sequence[dict], columns: Sequence[tuple[str, str]], caption: str = "", table_id: str = "",
+               digits: dict | None = None) -> str:
+    """An HTML table: columns = [(key, header)], numbers formatted, text escaped."""
+    digits = digits or {}
+    head = "".join(f"<th>{_esc(h)}</th>" for _, h in columns)
+    body = []
+    for r in rows:
+        body.append("<tr>" + "".join(f"<td>{_fmt(r.get(k), digits.get(k, 2))}</td>" for k, _ in columns) + "</tr>")
+    cap = f"<caption>{caption}</caption>" if caption else ""
+    tid = f' id="{_esc(table_id)}"' if table_id else ""
+    return f'<table{tid} class="results">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def figure_html(fig: go.Figure, div_id: str) -> str:
+    """A plotly figure as a div + script; plotly.js itself is inlined once in the page head."""
+    return (f'<div class="figure" data-figure="{_esc(div_id)}">'
+            + fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                          config={"displaylogo": False, "responsive": True})
+            + "</div>")
+
+
+def audio_html(wav: bytes, label: str) -> str:
+    uri = "data:audio/wav;base64," + base64.b64encode(wav).decode("ascii")
+    return f'<figure class="clip"><figcaption>{label}</figcaption><audio controls preload="auto" src="{uri}"></audio></figure>'
+
+
+def note_html(text: str) -> str:
+    return f'<p class="note">{_esc(text)}</p>'
+
+
+# ---- figures from results ----------------------------------------------------------------------
+def acceptance_figure(acc: dict) -> go.Figure:
+    """Tokens per call vs tree size N for each drafter (measured on free-running decoding)."""
+    budgets = acc["budgets"]
+    fig = go.Figure()
+    for name, ys in acc.get("curves", {}).items():
+        fig.add_trace(go.Scatter(x=budgets, y=ys, mode="lines+markers", name=str(name)))
+    if acc.get("oracle"):
+        fig.add_trace(go.Scatter(x=budgets, y=acc["oracle"], mode="lines", name="oracle ceiling",
+                                 line=dict(dash="dot", color="grey")))
+    fig.update_layout(title="Acceptance: tokens per code-predictor call vs tree size N",
+                      xaxis=dict(title="N (draft nodes)", type="log"), yaxis_title="tokens / call",
+                      height=380, margin=dict(l=50, r=20, t=50, b=40))
+    return fig
+
+
+def language_figure(acc: dict, drafter: str) -> go.Figure:
+    """Tokens per call vs N of one drafter in every evaluated language (seed 000 Table 3: the
+    offsets are trained on English only, acceptance should hold across languages)."""
+    fig = go.Figure()
+    for lang, curves in acc.get("per_language", {}).items():
+        if drafter in curves:
+            fig.add_trace(go.Scatter(x=acc["budgets"], y=curves[drafter], mode="lines+markers", name=lang))
+    fig.update_layout(title=f"Tokens per call by language ({drafter} drafter, eval split)",
+                      xaxis=dict(title="N (draft nodes)", type="log"), yaxis_title="tokens / call",
+                      height=380, margin=dict(l=50, r=20, t=50, b=40))
+    return fig
+
+
+def speedup_figure(profile: dict) -> go.Figure:
+    """Seed Figure 4 on this device: the acceptance ceiling (tokens/call) and the realised speedup
+    (tokens/call) / (verify latency / AR latency) vs N."""
+    if profile.get("raw"):  # a full device profile (rvqspec.profile): the profiling area's own figure
+        from rvqspec.plots import figure4
+
+        fig = figure4([profile["raw"]])
+        fig.update_layout(title="Speed-up vs tree size N: tokens/call / (1 + verify overhead)", height=380,
+                          margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25))
+        return fig
+    N = profile["budgets"]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=N, y=profile["tokens_per_call"], mode="lines+markers", name="tokens/call (ceiling)",
+                             line=dict(dash="dash", color="grey")))
+    fig.add_trace(go.Scatter(x=N, y=profile["speedup"], mode="lines+markers", name=f"speedup on {profile.get('device', 'this device')}"))
+    if profile.get("best_N") is not None:
+        fig.add_vline(x=profile["best_N"], line=dict(color="#e45756", dash="dot"))
+    fig.update_layout(title="Practical speedup vs sparse tree size (seed Figure 4, this device)",
+                      xaxis=dict(title="N", type="log"), yaxis_title="x over AR", height=380,
+                      margin=dict(l=50, r=20, t=50, b=40))
+    return fig
+
+
+def latency_figure(profile: dict) -> go.Figure:
+    N = profile["budgets"]
+    fig = go.Figure(go.Scatter(x=N, y=profile["verify_ms"], mode="lines+markers", name="verify call (q = N + 1)"))
+    fig.add_hline(y=profile["ar_ms"], line=dict(dash="dash", color="grey"), annotation_text="AR call (q = 1)")
+    fig.update_layout(title=f"Code-predictor call latency ({profile.get('device', '')})", xaxis=dict(title="N", type="log"),
+                      yaxis_title="ms (median)", height=340, margin=dict(l=50, r=20, t=50, b=40))
+    return fig
+
+
+def loss_figure(train: dict) -> go.Figure:
+    fig = go.Figure()
+    for key, name in (("loss", "train"), ("val_loss", "validation")):
+        ys = train.get(key)
+        if ys:
+            xs = train.get(f"{key}_steps") or list(range(1, len(ys) + 1))
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, opacity=0.45 if key == "loss" else 1.0))
+            if key == "loss" and len(ys) >= 20:  # per-batch losses are noisy: show a running mean too
+                w = max(5, len(ys) // 20)
+                smooth = np.convolve(np.asarray(ys, dtype=float), np.ones(w) / w, mode="valid")
+                fig.add_trace(go.Scatter(x=xs[w - 1:], y=smooth, mode="lines", name=f"train (mean of {w})"))
+    fig.update_layout(title="Offset training: cross-entropy of the drafted codes", xaxis_title="step",
+                      yaxis_title="loss", height=320, margin=dict(l=50, r=20, t=50, b=40))
+    return fig
+
+
+# ---- the page ----------------------------------------------------------------------------------
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
+h1 { margin-bottom: 0.2rem; } .sub { color: #666; margin-top: 0; }
+table.results { border-collapse: collapse; margin: 1rem 0; font-size: 0.9rem; }
+table.results caption { caption-side: top; text-align: left; color: #444; padding-bottom: 0.3rem; }
+table.results th, table.results td { border: 1px solid #ddd; padding: 4px 10px; text-align: right; }
+table.results th:first-child, table.results td:first-child { text-align: left; }
+.note { background: #fff4e5; border-left: 4px solid #f58518; padding: 6px 10px; }
+.grid { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
+.clip { display: inline-block; margin: 0.3rem 1rem 0.3rem 0; } .clip audio { width: 320px; }
+section { margin-bottom: 2.5rem; }
+#steps td:last-child { text-align: left; max-width: 700px; }
+"""
+
+
+def _steps_section(steps: dict) -> str:
+    rows = [{"step": k, "status": v.get("status"), "seconds": v.get("seconds"), "note": v.get("note", "")}
+            for k, v in steps.items()]
+    return ("<section id='steps'><h2>Pipeline steps</h2>"
+            + table_html(rows, [("step", "step"), ("status", "status"), ("seconds", "seconds"), ("note", "note")],
+                         table_id="steps", digits={"seconds": 1})
+            + "".join(note_html(f"{r['step']}: {r['status']}: {r['note']}") for r in rows if r["status"] != "ok")
+            + "</section>")
+
+
+def _unavailable(results: dict, step: str, what: str) -> str:
+    st = results.get("steps", {}).get(step, {})
+    why = st.get("note") or "this step did not run"
+    return note_html(f"{what}: {st.get('status', NOT_AVAILABLE)} ({why})")
+
+
+def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | None = None,
+                  title: str = "rvqspec on the mini world") -> Path:
+    """Write `out_dir/index.html` (and `out_dir/results.json`) from a results dict; returns the HTML path.
+
+    WAV paths in results['ab'] are relative to `audio_root` (default `out_dir`)."""
+    import plotly.offline
+
+    from rvqspec.notebook_results import to_jsonable
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    audio_root = Path(audio_root) if audio_root else out_dir
+    clean = to_jsonable(results)
+    (out_dir / "results.json").write_text(json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+    parts: list[str] = []
+    meta = results.get("meta", {})
+    stamp = meta.get("finished") or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts.append(f"<h1>{_esc(title)}</h1><p class='sub'>RVQ position-aware speculative decoding of the Qwen3-TTS "
+                 f"code predictor (seed 000). {_esc(meta.get('mode', ''))} run, {_esc(stamp)}, "
+                 f"{_fmt(meta.get('seconds'), 0)} s in all on {_esc(meta.get('device', 'cpu'))}.</p>")
+    if results.get("steps"):
+        parts.append(_steps_section(results["steps"]))
+
+    # Table 2: drafter ablation
+    parts.append("<section id='table2'><h2>Drafters (seed Table 2)</h2>")
+    if results.get("drafters"):
+        parts.append(table_html(results["drafters"], [("drafter", "Drafter"), ("tokens_per_call", "Toks/step"),
+                                                      ("added_params", "Added params"),
+                                                      ("added_params_pct", "Added params (% of code predictor)"),
+                                                      ("N", "N")],
+                                caption="Tokens per code-predictor call on free-running decoding (eval split, "
+                                        "English), frozen backbone and LM heads.", table_id="table2",
+                                digits={"added_params_pct": 4}))
+    else:
+        parts.append(_unavailable(results, "acceptance", "drafter ablation"))
+    parts.append("</section>")
+
+    # Table 3: per language AR vs speculative
+    parts.append("<section id='table3'><h2>Per language (seed Table 3)</h2>")
+    if results.get("languages"):
+        parts.append(table_html(results["languages"],
+                                [("language", "Language"), ("n_clips", "clips"), ("audio_min", "Audio (min)"),
+                                 ("ar_tokens_per_call", "AR toks/step"), ("ar_wer", "AR WER"), ("ar_cer", "AR CER"),
+                                 ("spec_tokens_per_call", "Spec toks/step"), ("spec_wer", "Spec WER"),
+                                 ("spec_cer", "Spec CER")],
+                                caption="WER/CER (fractions) of the mini recognizer on synthesized speech; the "
+                                        "headline metric is CER for ja/zh, WER otherwise. Equal in distribution "
+                                        "by construction (lossless verification), so differences are sampling "
+                                        "noise.", table_id="table3", digits={"audio_min": 2}))
+    else:
+        parts.append(_unavailable(results, "wer", "per-language WER parity"))
+    parts.append("</section>")
+
+    # Figure 4 and latency
+    parts.append("<section id='figure4'><h2>Speedup vs tree size on this device (seed Figure 4)</h2>")
+    prof = results.get("profile")
+    if prof:
+        parts.append("<div class='grid'>" + figure_html(speedup_figure(prof), "fig-speedup")
+                     + figure_html(latency_figure(prof), "fig-latency") + "</div>")
+        if prof.get("best_N") is not None:
+            parts.append(f"<p>Best tree size here: <b>N* = {_esc(prof['best_N'])}</b>.</p>")
+    else:
+        parts.append(_unavailable(results, "profile", "device profile"))
+    parts.append("</section>")
+
+    # acceptance curves
+    parts.append("<section id='acceptance'><h2>Acceptance vs N</h2>")
+    if results.get("acceptance", {}).get("curves"):
+        acc = results["acceptance"]
+        main = (results.get("config") or {}).get("main_drafter") or next(iter(acc["curves"]))
+        if len(acc.get("per_language", {})) > 1:
+            parts.append("<div class='grid'>" + figure_html(acceptance_figure(acc), "fig-acceptance")
+                         + figure_html(language_figure(acc, main), "fig-languages") + "</div>")
+        else:
+            parts.append(figure_html(acceptance_figure(acc), "fig-acceptance"))
+    else:
+        parts.append(_unavailable(results, "acceptance", "acceptance curves"))
+    parts.append("</section>")
+
+    # trees
+    trees = results.get("trees") or {}
+    table = (results.get("acceptance") or {}).get("table") or {}
+    if trees:
+        from rvqspec.explorer import mask_figure, tree_figure
+        from rvqspec.tree import SparseTree
+
+        parts.append("<section id='trees'><h2>Sparse trees (seed Figure 2)</h2>")
+        # the first (main) drafter's trees: the smallest and the largest N side by side with their
+        # masks; the notebook 04 explorer shows every N interactively
+        main = (results.get("config") or {}).get("main_drafter")
+        name = main if main in trees else next(iter(trees))
+        by_n = trees[name]
+        acc = np.asarray(table[name]) if name in table else None
+        sizes = sorted(by_n, key=int)
+        for n in dict.fromkeys([sizes[0], sizes[-1]]):
+            tree = SparseTree(by_n[n])
+            parts.append(f"<h3>{_esc(name)}, N = {_esc(n)}</h3><div class='grid'>"
+                         + figure_html(tree_figure(tree, acc), f"fig-tree-{n}")
+                         + figure_html(mask_figure(tree), f"fig-mask-{n}") + "</div>")
+        parts.append("</section>")
+
+    # training
+    if results.get("train", {}).get("loss"):
+        parts.append("<section id='train'><h2>Offset training</h2>" + figure_html(loss_figure(results["train"]), "fig-loss")
+                     + "</section>")
+
+    # A/B audio
+    parts.append("<section id='ab'><h2>Listening A/B: autoregressive vs speculative</h2>")
+    if results.get("ab"):
+        parts.append("<p>Same sentence, same seed, both decoders: equal in distribution, not sample by "
+                     "sample.</p>")
+        parts.append(_ab_section(results["ab"], audio_root))
+    else:
+        parts.append(_unavailable(results, "ab", "A/B audio"))
+    parts.append("</section>")
+
+    body = "\n".join(parts)
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+            f"<style>{CSS}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
+            f"</head><body>{body}</body></html>")
+    path = out_dir / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _ab_section(items: Iterable[dict], audio_root: Path) -> str:
+    import soundfile as sf
+
+    from rvqspec.listening import ABPair, Clip, ab_figure
+
+    out = []
+    for k, item in enumerate(items):
+        clips = []
+        row = []
+        for side in ("ar", "spec"):
+            c = item[side]
+            wav_path = audio_root / c["wav"]
+            if not wav_path.is_file():
+                row.append(note_html(f"missing audio file {c['wav']}"))
+                clips.append(None)
+                continue
+            wav = wav_path.read_bytes()
+            audio, rate = sf.read(str(wav_path), dtype="float32")
+            clips.append(Clip(label="AR" if side == "ar" else "speculative", text=item["text"],
+                              language=item["language"], seed=int(item["seed"]), audio=audio, sample_rate=int(rate),
+                              tokens_per_call=float(c.get("tokens_per_call", float("nan"))),
+                              hypothesis=c.get("hypothesis"), wer=c.get("wer"), cer=c.get("cer")))
+            score = "" if c.get("wer") is None else f", WER {_fmt(c['wer'])}, CER {_fmt(c['cer'])}"
+            heard = f"<br><small>heard: {_esc(c['hypothesis'])}</small>" if c.get("hypothesis") else ""
+            row.append(audio_html(wav, f"{'AR' if side == 'ar' else 'Speculative'} "
+                                       f"({_fmt(c.get('tokens_per_call'))} tok/call{score}){heard}"))
+        out.append(f"<h3>[{_esc(item['language'])}, seed {_esc(item['seed'])}] {_esc(item['text'])}</h3>" + "".join(row))
+        if all(clips):
+            pair = ABPair(text=item["text"], language=item["language"], seed=int(item["seed"]), ar=clips[0], spec=clips[1])
+            out.append(figure_html(ab_figure(pair, height=260), f"fig-ab-{k}"))
+    return "\n".join(out)
