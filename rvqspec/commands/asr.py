@@ -1,0 +1,109 @@
+"""`rvqspec asr ...`: train and evaluate the mini recognizer, transcribe files, score transcripts.
+
+Defaults come from `RecognizerConfig` and the paths in `rvqspec.mini.recognizer`; heavy imports
+happen inside the commands so that `rvqspec --help` stays instant.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+# 1 by default: on the shared 2-core machine, 2 threads ran the codec's small FFTs ~10x slower
+THREADS_HELP = "torch CPU threads"
+
+asr_app = typer.Typer(help="The mini recognizer and WER/CER: train, eval, transcribe.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(asr_app, name="asr")
+
+
+def _default(name: str) -> Path:
+    from rvqspec.mini import recognizer
+
+    return getattr(recognizer, name)
+
+
+@asr_app.command("train")
+def train(
+    corpus: Optional[Path] = typer.Option(None, help="mini corpus (HF dataset dir); default runs/mini/corpus"),
+    codec: Optional[Path] = typer.Option(None, help="mini codec dir for resynthesis augmentation; "
+                                                    "default data/mini/codec if present"),
+    out: Optional[Path] = typer.Option(None, help="artifact directory; default data/mini/recognizer"),
+    toy: bool = typer.Option(False, help="RecognizerConfig.toy(): trains in seconds, for smoke tests"),
+    epochs: Optional[int] = typer.Option(None, help="override RecognizerConfig.epochs"),
+    max_minutes: Optional[float] = typer.Option(None, help="override RecognizerConfig.max_minutes"),
+    threads: int = typer.Option(1, help=THREADS_HELP),
+) -> None:
+    """Train the CTC recognizer on the corpus's model_train split (six languages) and save it."""
+    import dataclasses
+
+    import torch
+
+    from rvqspec.mini.recognizer import RecognizerConfig, train_recognizer
+
+    torch.set_num_threads(threads)
+    config = RecognizerConfig.toy() if toy else RecognizerConfig()
+    overrides = {k: v for k, v in {"epochs": epochs, "max_minutes": max_minutes}.items() if v is not None}
+    config = dataclasses.replace(config, **overrides)
+    corpus = corpus or _default("DEFAULT_CORPUS")
+    if codec is None and _default("DEFAULT_CODEC").exists():
+        codec = _default("DEFAULT_CODEC")
+    out = out or _default("DEFAULT_OUT")
+    metrics = train_recognizer(corpus, codec, out, config)
+    typer.echo(json.dumps(metrics, indent=2, ensure_ascii=False))
+    typer.echo(f"saved {out}", err=True)
+
+
+@asr_app.command("eval")
+def evaluate(
+    recognizer: Optional[Path] = typer.Option(None, help="mini recognizer dir or local transformers "
+                                                         "model; default data/mini/recognizer"),
+    corpus: Optional[Path] = typer.Option(None, help="mini corpus; default runs/mini/corpus"),
+    codec: Optional[Path] = typer.Option(None, help="also score codec-resynthesized audio (codec dir)"),
+    split: str = typer.Option("eval", help="corpus split"),
+    language: Optional[list[str]] = typer.Option(None, help="restrict to these languages (repeatable)"),
+    max_per_language: Optional[int] = typer.Option(None, help="at most this many utterances per language"),
+    as_json: bool = typer.Option(False, "--json", help="JSON rows on stdout instead of a table"),
+    threads: int = typer.Option(1, help=THREADS_HELP),
+) -> None:
+    """Per-language WER/CER of a recognizer on clean (and codec-resynthesized) corpus audio."""
+    import torch
+
+    from rvqspec.asr import load_recognizer
+    from rvqspec.mini.recognizer import evaluate_recognizer, format_table
+
+    torch.set_num_threads(threads)
+    rec = load_recognizer(recognizer)
+    table = evaluate_recognizer(rec, corpus or _default("DEFAULT_CORPUS"), codec=codec, split=split,
+                                languages=language or None, max_per_language=max_per_language)
+    typer.echo(json.dumps(table, indent=2) if as_json else format_table(table))
+
+
+@asr_app.command("transcribe")
+def transcribe(
+    files: list[Path] = typer.Argument(..., help="audio files (any rate soundfile reads)"),
+    language: str = typer.Option("en", help="language code"),
+    recognizer: Optional[Path] = typer.Option(None, help="mini recognizer dir or transformers model"),
+) -> None:
+    """Print one transcript per audio file."""
+    import numpy as np
+    import soundfile as sf
+
+    from rvqspec.asr import load_recognizer
+
+    rec = load_recognizer(recognizer)
+    for f in files:
+        try:
+            audio, rate = sf.read(str(f), dtype="float32")
+        except Exception as exc:  # soundfile's errors do not always name the file
+            typer.echo(f"cannot read audio file {f}: {exc}", err=True)
+            raise typer.Exit(1)
+        if audio.ndim == 2:
+            audio = audio.mean(axis=1).astype(np.float32)
+        typer.echo(f"{f}\t{rec.transcribe([audio], rate, language)[0]}")
+    sys.stdout.flush()
