@@ -1,0 +1,304 @@
+"""SPADE on the talker (seed 001): pruning, the layer-by-layer forward, distillation losses and the
+student checkpoint, on tiny random models (seconds on one CPU thread)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rvqspec.checkpoint import Qwen3TTS, load_qwen3_tts
+from rvqspec.mini.talker_train import MiniModelConfig, model_config
+from rvqspec.model import CodeDecoder, MultiCodeDecoder, causal_mask
+from rvqspec.spade.distill import (DistillConfig, distill, distill_losses, kd_terms, save_student, skew_kl,
+                                   student_code_predictor, target_layers)
+from rvqspec.spade.prune import prune_talker, select_layers
+from rvqspec.spade.trace import trace_talker
+from rvqspec.tts import talker_inputs
+
+CB = 24          # codebook size
+TEXT_VOCAB = 30
+
+
+def tiny(layers: int = 4, seed: int = 0):
+    torch.set_num_threads(1)
+    cfg = MiniModelConfig(talker_hidden=32, talker_layers=layers, talker_heads=4, talker_kv_heads=2, talker_mlp=48,
+                          text_hidden=16, cp_hidden=16, cp_layers=1, cp_heads=2, cp_kv_heads=1, cp_mlp=24)
+    qcfg = model_config(cfg, TEXT_VOCAB, CB)
+    torch.manual_seed(seed)
+    talker, cp = CodeDecoder(qcfg.talker).eval(), MultiCodeDecoder(qcfg.code_predictor).eval()
+    with torch.no_grad():  # break the symmetry of the default init: norms != 1, larger weights
+        for name, p in talker.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    cp.set_c0_embedding(talker.model.codec_embedding)
+    return qcfg, talker, cp
+
+
+def batch(B=3, T=10, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randint(0, TEXT_VOCAB, (B, T), generator=g)
+    codes = torch.randint(0, CB, (B, T, 16), generator=g)
+    valid = torch.ones(B, T, dtype=torch.bool)
+    valid[1, 7:] = False  # right padding
+    valid[2, 4:] = False
+    return text, codes, valid
+
+
+def sdpa_forward(talker, x):
+    B, T, _ = x.shape
+    pos = torch.arange(T).view(1, T).expand(B, T)
+    cache = talker.new_cache(B, T)
+    return talker(x, pos, cache, torch.arange(T), causal_mask(pos[:1], T))
+
+
+# ---- the layer-by-layer forward ---------------------------------------------------------------------
+def test_trace_equals_codedecoder_forward():
+    _, talker, cp = tiny()
+    text, codes, _ = batch()
+    x = talker_inputs(talker, cp, text, codes)
+    with torch.no_grad():
+        hidden, logits = sdpa_forward(talker, x)
+        tr = trace_talker(talker, x)
+    assert len(tr.hidden) == 4 and len(tr.attentions) == 4
+    torch.testing.assert_close(tr.final, hidden, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tr.logits, logits, atol=1e-5, rtol=1e-5)
+    # attention rows are causal probability distributions
+    p = tr.attentions[1]  # (B, nh, T, T)
+    torch.testing.assert_close(p.sum(-1), torch.ones(p.shape[:-1]))
+    assert float(p.triu(1).abs().max()) == 0.0
+    # each intermediate state equals the model truncated after that layer (final norm applied)
+    from rvqspec.model import rms_norm
+    for i in range(4):
+        with torch.no_grad():
+            h_i, _ = sdpa_forward(prune_talker(talker, range(i + 1)), x)
+        torch.testing.assert_close(rms_norm(tr.hidden[i], talker.model.norm.weight, talker.config.rms_norm_eps),
+                                   h_i, atol=1e-5, rtol=1e-5)
+
+
+def test_trace_detects_a_wrong_weight():  # the equality test above can fail
+    _, talker, cp = tiny()
+    text, codes, _ = batch()
+    x = talker_inputs(talker, cp, text, codes)
+    other = prune_talker(talker, range(4))
+    with torch.no_grad():
+        other.model.layers[2].self_attn.v_proj.weight.mul_(1.5)  # (k is RMS-normed: scale-free)
+        _, logits = sdpa_forward(talker, x)
+        tr = trace_talker(other, x)
+    assert float((tr.logits - logits).abs().max()) > 1e-3
+
+
+# ---- pruning -----------------------------------------------------------------------------------------
+def test_prune_keep_all_equals_full_model():
+    _, talker, cp = tiny()
+    text, codes, _ = batch()
+    x = talker_inputs(talker, cp, text, codes)
+    full = prune_talker(talker, [0, 1, 2, 3])
+    assert full is not talker and full.config.num_hidden_layers == 4
+    with torch.no_grad():
+        a, la = sdpa_forward(talker, x)
+        b, lb = sdpa_forward(full, x)
+    assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_prune_keeps_the_right_layers_and_copies():
+    _, talker, _ = tiny()
+    student = prune_talker(talker, [0, 3])
+    assert student.config.num_hidden_layers == 2 and talker.config.num_hidden_layers == 4
+    assert len(student.model.layers) == 2
+    sd_t, sd_s = talker.state_dict(), student.state_dict()
+    for j, i in enumerate([0, 3]):
+        for k in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight"):
+            assert torch.equal(sd_s[f"model.layers.{j}.{k}"], sd_t[f"model.layers.{i}.{k}"])
+    assert not torch.equal(sd_s["model.layers.1.self_attn.q_proj.weight"],
+                           sd_t["model.layers.1.self_attn.q_proj.weight"])
+    for k in ("model.norm.weight", "codec_head.weight", "model.text_embedding.weight",
+              "text_projection.linear_fc1.weight"):
+        assert torch.equal(sd_s[k], sd_t[k])
+    # a copy, not a view: training the student leaves the teacher alone
+    with torch.no_grad():
+        student.model.layers[0].mlp.up_proj.weight.add_(1.0)
+    assert not torch.equal(student.model.layers[0].mlp.up_proj.weight, talker.model.layers[0].mlp.up_proj.weight)
+
+
+@pytest.mark.parametrize("keep", [[], [1, 0], [0, 4], [2, 2]])
+def test_prune_rejects_bad_keep(keep):
+    _, talker, _ = tiny()
+    with pytest.raises(ValueError, match="keep_layers"):
+        prune_talker(talker, keep)
+
+
+def test_select_layers():
+    assert select_layers([0.3, 0.0, 0.1, 0.5], 2) == [0, 3]
+    assert select_layers({0: 1.0, 1: 1.0, 2: 0.0}, 1) == [0]  # ties keep the earlier layer
+    assert select_layers([(0.0, 0.2), (0.0, 0.1), (0.1, 0.0)], 2) == [0, 2]  # tuples: CER breaks WER ties
+    with pytest.raises(ValueError, match="depth"):
+        select_layers([1.0, 2.0], 3)
+
+
+# ---- distillation pieces ---------------------------------------------------------------------------
+def test_dynamic_targets_by_hand():
+    # keep [0, 3] of 4: layer 0 must stand for teacher layers 0..2 -> target 2; layer 3 -> 3
+    assert target_layers([0, 3], 4, "dynamic") == [2, 3]
+    assert target_layers([0, 3], 4, "index") == [0, 3]
+    assert target_layers([1, 2], 4, "dynamic") == [1, 3]
+    assert target_layers([0, 5, 9, 27], 28, "dynamic") == [4, 8, 26, 27]
+    assert target_layers([0, 1, 2, 3], 4, "dynamic") == [0, 1, 2, 3]  # nothing pruned: identity
+    with pytest.raises(ValueError):
+        target_layers([3, 0], 4)
+
+
+def test_skew_kl_zero_for_equal_and_finite_with_zeros():
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(5, 7, generator=g), -1)
+    assert float(skew_kl(p.log(), p.log(), 0.1).abs().max()) < 1e-6
+    q = p.clone()
+    q[:, :3] = 0.0  # the student puts no mass where the teacher does
+    q = q / q.sum(-1, keepdim=True)
+    lq = q.log()  # -inf entries
+    s = skew_kl(p.log(), lq, 0.1)
+    assert torch.isfinite(s).all() and (s > 0).all()
+    # bounded by -log(alpha): the mixture keeps alpha * p
+    assert float(s.max()) <= -math.log(0.1) + 1e-5
+    assert float(skew_kl(p.log(), lq, 0.0).min()) > 100  # plain KL (alpha 0) explodes there
+    # against a direct computation: KL(p || a p + (1 - a) q)
+    q2 = torch.softmax(torch.randn(5, 7, generator=g), -1)
+    m = 0.1 * p + 0.9 * q2
+    torch.testing.assert_close(skew_kl(p.log(), q2.log(), 0.1), (p * (p / m).log()).sum(-1))
+    # gradient stays finite with zeros in q
+    lq_var = lq.clone().requires_grad_(True)
+    skew_kl(p.log(), lq_var, 0.1).sum().backward()
+    assert torch.isfinite(lq_var.grad).all()
+
+
+def test_kd_terms_zero_for_teacher_itself():
+    _, talker, cp = tiny()
+    text, codes, valid = batch()
+    x = talker_inputs(talker, cp, text, codes)
+    with torch.no_grad():
+        tr = trace_talker(talker, x)
+        terms = kd_terms(tr, tr, [0, 1, 2, 3], valid)
+        assert all(float(v) < 1e-6 for v in terms.values())
+        student = prune_talker(talker, [0, 3])
+        st = trace_talker(student, talker_inputs(student, cp, text, codes))
+        dyn = kd_terms(st, tr, target_layers([0, 3], 4, "dynamic"), valid)
+        idx = kd_terms(st, tr, target_layers([0, 3], 4, "index"), valid)
+    assert float(dyn["latent"]) > 0 and float(idx["latent"]) > 0
+    assert float(idx["latent"]) != float(dyn["latent"])
+    assert float(dyn["emb"]) < 1e-9
+
+
+def test_distillation_step_lowers_loss_on_fixed_batch():
+    _, talker, cp = tiny()
+    text, codes, valid = batch()
+    cfg = DistillConfig(steps=25, lr=3e-3, warmup_steps=1, cp_frames=64)
+    res = distill(talker, cp, [0, 3], corpus_dir="unused", config=cfg, progress=False,
+                  batches=[(text, codes, valid)])
+    student, s_cp = res.student, res.code_predictor
+    t_cp = cp
+    with torch.no_grad():
+        before = distill_losses(prune_talker(talker, [0, 3]), talker,
+                                student_code_predictor(cp, prune_talker(talker, [0, 3])), t_cp,
+                                res.targets, text, codes, valid, cfg, torch.Generator().manual_seed(0))
+        after = distill_losses(student, talker, s_cp, t_cp, res.targets, text, codes, valid, cfg,
+                               torch.Generator().manual_seed(0))
+    assert float(after["total"]) < 0.9 * float(before["total"])
+    assert res.targets == [2, 3]
+    # the teacher and its code predictor are untouched, the student's predictor is frozen
+    assert all(not p.requires_grad for p in s_cp.parameters())
+    torch.testing.assert_close(s_cp.lm_head[0].weight, cp.lm_head[0].weight)
+    assert cp.c0_embedding is talker.model.codec_embedding
+    assert s_cp.c0_embedding is student.model.codec_embedding
+
+
+def test_saved_student_loads(tmp_path):
+    qcfg, talker, cp = tiny()
+    student = prune_talker(talker, [1, 2])
+    s_cp = student_code_predictor(cp, student)
+    teacher_dir = tmp_path / "teacher"
+    teacher_dir.mkdir()
+    (teacher_dir / "mini_model.json").write_text("{}")
+    out = save_student(student, s_cp, qcfg, tmp_path / "student", teacher_dir=teacher_dir,
+                       info=dict(keep_layers=[1, 2]))
+    m = load_qwen3_tts(out)
+    assert m.config.talker.num_hidden_layers == 2 and m.config.code_predictor.num_hidden_layers == 1
+    assert (out / "mini_model.json").exists() and (out / "spade.json").exists()
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temporary left behind
+    text, codes, _ = batch()
+    x = talker_inputs(student, s_cp, text, codes)
+    with torch.no_grad():
+        a, la = sdpa_forward(student, x)
+        b, lb = sdpa_forward(m.talker, x)
+        torch.testing.assert_close(la, lb)
+        h = a[:, :1]
+        c0 = codes[:, 0, :1]
+        g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+        from rvqspec.sampling import Sampling
+        f1 = s_cp.generate_frame(h, c0, Sampling(), g1)
+        f2 = m.code_predictor.generate_frame(h, c0, Sampling(), g2)
+    assert torch.equal(f1, f2)
+
+
+# ---- evaluation helpers ------------------------------------------------------------------------------
+def test_projection_runs_on_tiny_configs():
+    from rvqspec.spade.evaluate import project_full_size, projection_table
+
+    qcfg, _, _ = tiny()
+    out = project_full_size(keep_layers=2, context=20, tree_nodes=4, tokens_per_call={"student": 3.0, "ref": [2.5, 6]},
+                            reps=2, progress=False, talker_config=qcfg.talker, cp_config=qcfg.code_predictor)
+    t = out["talker"]
+    assert t["full"]["layers"] == 4 and t["pruned"]["layers"] == 2
+    assert t["pruned"]["layer_params"] * 2 == t["full"]["layer_params"]
+    assert len(out["variants"]) == 6
+    assert sorted(out["code_predictor"]["tree_call_ms_by_nodes"]) == ["4", "6"]
+    spec = [v for v in out["variants"] if "student" in v["inner"]]
+    assert len(spec) == 2 and all(abs(v["calls_per_frame"] - 5.0) < 1e-9 and v["tree_nodes"] == 4 for v in spec)
+    ref = [v for v in out["variants"] if "ref" in v["inner"]]
+    assert all(abs(v["calls_per_frame"] - 6.0) < 1e-9 and v["tree_nodes"] == 6 for v in ref)
+    # frame time = talker step + inner loop; speed-ups relative to the full talker with AR
+    for v in out["variants"]:
+        assert abs(v["frame_ms"] - v["talker_ms"] - v["inner_ms"]) < 1e-9
+    assert all(v["projected_rtf"] > 0 for v in out["variants"])
+    assert "| 2 layers |" in projection_table(out)
+
+
+def test_static_memory_and_parameters():
+    from rvqspec.spade.evaluate import parameters, static_memory_bytes
+
+    _, talker, cp = tiny()
+    small = prune_talker(talker, [0, 3])
+    pf, ps = parameters(talker, cp), parameters(small, cp)
+    assert pf["talker_layer_params"] == 2 * ps["talker_layer_params"]
+    assert pf["total"] - ps["total"] == ps["talker_layer_params"]
+    mf, ms = static_memory_bytes(talker, cp, 100), static_memory_bytes(small, cp, 100)
+    assert mf["weights_mb"] > ms["weights_mb"] and mf["kv_cache_mb"] > ms["kv_cache_mb"]
+
+
+# ---- importance --------------------------------------------------------------------------------------
+def test_cosine_importance_sees_an_identity_layer():
+    from rvqspec.spade.importance import cosine_importance
+
+    _, talker, cp = tiny()
+    with torch.no_grad():  # layer 1 adds nothing to the residual stream: an identity
+        talker.model.layers[1].self_attn.o_proj.weight.zero_()
+        talker.model.layers[1].mlp.down_proj.weight.zero_()
+    text, codes, valid = batch()
+    scores = cosine_importance(talker, cp, text, codes, valid)
+    assert len(scores) == 4
+    assert abs(scores[1]) < 1e-6
+    assert all(s > 1e-4 for i, s in enumerate(scores) if i != 1)
+    assert all(0.0 <= s <= 2.0 for s in scores)
+
+
+def test_select_by_criteria():
+    from rvqspec.spade.importance import select_by
+
+    imp = dict(wli=dict(layers=[dict(layer=i, d_wer=w, d_cer=c) for i, (w, c) in
+                                enumerate([(0.2, 0.1), (0.0, 0.05), (0.0, 0.01), (0.3, 0.2)])]),
+               cosine=dict(scores=[0.5, 0.01, 0.4, 0.02]))
+    assert select_by("wli", imp, 2) == [0, 3]
+    assert select_by("wli", imp, 3) == [0, 1, 3]   # the CER increase breaks the WER tie of layers 1, 2
+    assert select_by("cosine", imp, 2) == [0, 2]
+    with pytest.raises(ValueError):
+        select_by("random", imp, 2)
