@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 NAMES = [p.stem for p in NOTEBOOKS]
 # per-cell limit: a hung cell fails the test instead of the whole CI job
-CELL_TIMEOUT_S = 300
+CELL_TIMEOUT_S = 180  # a cell at CI parameters takes < 40 s
 # small parameters for CI (each notebook's own defaults are already small; these keep all of
 # them together within a few minutes on 2 cores)
 COMMON = dict(n_utterances=8, steps=40, threads=1, seed=0)
@@ -134,8 +134,18 @@ def _execute(world, name: str) -> dict:
     params = dict(COMMON, data_dir=data_dir, out_dir=str(out), **EXTRA.get(name, {}))
     executed = out / f"{name}.executed.ipynb"
     t0 = time.perf_counter()
-    pm.execute_notebook(str(ROOT / "notebooks" / f"{name}.ipynb"), str(executed), parameters=params,
-                        kernel_name="python3", cwd=str(ROOT), progress_bar=False, execution_timeout=CELL_TIMEOUT_S)
+    for attempt in (1, 2):
+        try:
+            pm.execute_notebook(str(ROOT / "notebooks" / f"{name}.ipynb"), str(executed), parameters=params,
+                                kernel_name="python3", cwd=str(ROOT), progress_bar=False,
+                                execution_timeout=CELL_TIMEOUT_S)
+            break
+        except Exception as exc:  # noqa: BLE001 - only kernel-transport failures are retried
+            # Seen once on a fresh clone: the kernel finished a cell but the client never got the
+            # reply (both idle). That is the zmq transport, not the notebook: retry once on a fresh
+            # kernel. A notebook that raises (PapermillExecutionError) fails at once.
+            if attempt == 2 or type(exc).__name__ not in ("CellTimeoutError", "DeadKernelError", "TimeoutError"):
+                raise
     results = read_recorded(executed)
     results["_seconds"] = time.perf_counter() - t0
     print(f"{name}: {results['_seconds']:.1f} s")
