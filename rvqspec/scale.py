@@ -84,13 +84,26 @@ def topology() -> Topology:
         return Topology(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
 
 
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def wait_for_everyone() -> None:
+    """Barrier across processes (no-op alone). Also makes sure the process group is torn down at
+    exit: a rank that exits with a live gloo group can abort in C++ and fail the whole launch."""
     try:
         from accelerate import PartialState
 
         PartialState().wait_for_everyone()
     except ImportError:
-        pass
+        return
+    import atexit
+
+    atexit.unregister(_destroy_process_group)
+    atexit.register(_destroy_process_group)
 
 
 def stable_hash(u: int) -> int:

@@ -124,6 +124,11 @@ def train_offsets_cmd(
                 "parameters": drafter.num_parameters}
         write_json_atomic(out.with_suffix(".json"), {**info, "losses": losses})
         typer.echo(json.dumps(info, indent=2))
+    # Tear the gloo group down before the interpreter exits: a rank that exits with it alive can
+    # abort in C++ ("terminate called without an active exception"), failing the whole launch.
+    acc.wait_for_everyone()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 @real_app.command("evaluate")
