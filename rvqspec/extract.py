@@ -25,7 +25,6 @@ from typing import Iterable, Iterator
 
 import torch
 
-from rvqspec.model import causal_mask
 from rvqspec.sampling import Sampling
 
 MANIFEST = "manifest.json"
@@ -57,14 +56,9 @@ def teacher_forced_hidden(code_predictor, talker_hidden: torch.Tensor, codes: to
     if int(codes.min()) < 0 or int(codes[:, 1:].max()) >= cp.config.vocab_size:
         raise ExtractError(f"codes must lie in [0, {cp.config.vocab_size}), got range "
                            f"[{int(codes.min())}, {int(codes[:, 1:].max())}]")
-    dtype = next(cp.parameters()).dtype
-    groups = list(range(0, n - 1))  # c0..c14 fed at positions 1..15
-    emb = cp.embed_codes(codes[:, : n - 1], groups)  # (T, 15, E)
-    x = torch.cat([talker_hidden.to(dtype).unsqueeze(1), emb.to(dtype)], 1)  # (T, 16, E)
-    pos = torch.arange(n).view(1, n)  # (1, 16)
-    cache = cp.new_cache(T, n)
-    hidden, _ = cp(x, pos.expand(T, n), cache, torch.arange(n), causal_mask(pos, n, dtype))  # (T, 16, H)
-    return hidden[:, 1:]  # (T, 15, H) h_1..h_15
+    from rvqspec.tts import teacher_forced_inner
+
+    return teacher_forced_inner(cp, talker_hidden, codes)  # (T, 15, H) h_1..h_15
 
 
 @torch.no_grad()

@@ -151,3 +151,23 @@ def teacher_forced_frames(talker: CodeDecoder, code_predictor: MultiCodeDecoder,
     codes (T, 16) -> (talker hidden per frame (T, E), codes (T, 16))."""
     hidden, _ = teacher_forced_talker(talker, code_predictor, text_ids.view(1, -1), codes.view(1, -1, 16))
     return hidden[0], codes
+
+
+def teacher_forced_inner(code_predictor: MultiCodeDecoder, talker_hidden: torch.Tensor, codes: torch.Tensor,
+                         differentiable: bool = False) -> torch.Tensor:
+    """The whole inner loop teacher-forced in one call: talker_hidden (N, E) and codes (N, 16) ->
+    hidden states h_1..h_15 (N, 15, H); LM head p-1 applied to h_p gives the logits of c_p.
+
+    The prefill is [h_talker, emb(c0)] and position p >= 2 embeds c_{p-1}, exactly as
+    `generate_frame` sees them (docs/design.md). `differentiable=True` uses a per-layer cache so
+    the call can be backpropagated (training)."""
+    cp = code_predictor
+    n = cp.config.num_code_groups
+    N = talker_hidden.shape[0]
+    dtype = next(cp.parameters()).dtype
+    emb = cp.embed_codes(codes[:, : n - 1], torch.arange(n - 1))  # (N, 15, E): c0..c14 at positions 1..15
+    x = torch.cat([talker_hidden.to(dtype).unsqueeze(1), emb.to(dtype)], dim=1)  # (N, 16, E)
+    pos = torch.arange(n).view(1, n)  # (1, 16)
+    cache = training_cache(cp, N, n, dtype) if differentiable else cp.new_cache(N, n)
+    hidden, _ = cp(x, pos.expand(N, n), cache, torch.arange(n), causal_mask(pos, n, dtype))  # (N, 16, H)
+    return hidden[:, 1:]  # (N, 15, H)

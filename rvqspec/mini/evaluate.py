@@ -37,8 +37,7 @@ def depth_entropy(tts, texts: Sequence[np.ndarray], codes: Sequence[np.ndarray],
     c0 comes from the talker's codec head (restricted to the codebook), c1..c15 from the code
     predictor's heads. Returns {"softmax": [16], "sampled": [16]}: the tempered softmax, and the
     top-k/top-p distribution the deployed sampler draws from."""
-    from rvqspec.model import causal_mask
-    from rvqspec.tts import teacher_forced_talker
+    from rvqspec.tts import teacher_forced_inner, teacher_forced_talker
 
     talker, cp, cb = tts.talker, tts.code_predictor, tts.codebook_size
     tempered = Sampling(do_sample=True, top_k=0, top_p=1.0, temperature=sampling.temperature)
@@ -49,10 +48,7 @@ def depth_entropy(tts, texts: Sequence[np.ndarray], codes: Sequence[np.ndarray],
         hidden, logits = teacher_forced_talker(talker, cp, tt, cc)  # (1, T, E), (1, T, V)
         T = tt.shape[1]
         lg = [logits[0, :, :cb]]  # c0: (T, cb)
-        x = torch.cat([hidden[0].unsqueeze(1), cp.embed_codes(cc[0, :, :15], torch.arange(15))], dim=1)  # (T, 16, E)
-        pos = torch.arange(16).view(1, 16)
-        hid, _ = cp(x, pos.expand(T, 16), cp.new_cache(T, 16), torch.arange(16), causal_mask(pos, 16))
-        cl = cp.lm_logits(hid[:, 1:], torch.arange(15))  # (T, 15, V)
+        cl = cp.lm_logits(teacher_forced_inner(cp, hidden[0], cc[0]), torch.arange(15))  # (T, 15, V)
         lg += [cl[:, i] for i in range(15)]
         for g, l in enumerate(lg):
             for acc, s in ((soft, tempered), (samp, sampling)):

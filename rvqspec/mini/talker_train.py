@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rvqspec.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
-from rvqspec.model import CodeDecoder, MultiCodeDecoder, causal_mask
+from rvqspec.model import CodeDecoder, MultiCodeDecoder
 
 MINI_SPLIT = "model_train"
 NUM_SPECIAL_CODEC_TOKENS = 8  # pad, bos, eos, think, nothink, think_bos, think_eos, spare
@@ -136,7 +136,7 @@ def losses(talker: CodeDecoder, cp: MultiCodeDecoder, text: torch.Tensor, codes:
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forced (c0 loss, c1..c15 loss) of one batch: text (B, T), codes (B, T, 16), valid (B, T).
     The code-predictor loss uses at most `cp_frames` random frames of the batch."""
-    from rvqspec.tts import teacher_forced_talker, training_cache
+    from rvqspec.tts import teacher_forced_inner, teacher_forced_talker
 
     hidden, logits = teacher_forced_talker(talker, cp, text, codes)  # (B, T, E), (B, T, V)
     loss_c0 = F.cross_entropy(logits[valid], codes[..., 0][valid])
@@ -146,14 +146,8 @@ def losses(talker: CodeDecoder, cp: MultiCodeDecoder, text: torch.Tensor, codes:
         keep = torch.randperm(h.shape[0], generator=generator)[:cp_frames]
         h, fc = h[keep], fc[keep]
     # prefill [h_talker, emb(c0)] then emb(c1..c14): the whole inner loop teacher-forced at once
-    groups = torch.arange(15)  # (15,) group g embeds c_g with table g (g=0: talker codec embedding)
-    x = torch.cat([h, cp.embed_codes(fc[:, :15], groups)], dim=1)  # (N, 16, E)
-    N = x.shape[0]
-    pos = torch.arange(16).view(1, 16)
-    cache = training_cache(cp, N, 16, x.dtype)
-    heads = torch.arange(15)
-    hid, _ = cp(x, pos.expand(N, 16), cache, torch.arange(16), causal_mask(pos, 16, x.dtype))
-    cp_logits = cp.lm_logits(hid[:, 1:], heads)  # (N, 15, V): head p-1 at position p emits c_p
+    hid = teacher_forced_inner(cp, h[:, 0], fc, differentiable=True)  # (N, 15, H)
+    cp_logits = cp.lm_logits(hid, torch.arange(15))  # (N, 15, V): head p-1 at position p emits c_p
     loss_cp = F.cross_entropy(cp_logits.reshape(-1, cp_logits.shape[-1]), fc[:, 1:].reshape(-1))
     return loss_c0, loss_cp
 
