@@ -201,6 +201,25 @@ class Rope(nn.Module):
         return f"head_dim={self.head_dim}, theta={self.theta}"
 
 
+def attention_qkv(att: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Qwen3 attention inputs from the normed hidden h (B, q, H): q (B, nh, q, hd) and k (B, nkv, q, hd)
+    with per-head RMSNorm and RoPE, v (B, nkv, q, hd). Shared by decoder_stack and the SPADE trace."""
+    q = rms_norm(F.linear(h, att.q_proj.weight, att.q_proj.bias).unflatten(-1, (-1, head_dim)),
+                 att.q_norm.weight, eps).transpose(1, 2)  # (B, nh, q, hd)
+    k = rms_norm(F.linear(h, att.k_proj.weight, att.k_proj.bias).unflatten(-1, (-1, head_dim)),
+                 att.k_norm.weight, eps).transpose(1, 2)  # (B, nkv, q, hd)
+    v = F.linear(h, att.v_proj.weight, att.v_proj.bias).unflatten(-1, (-1, head_dim)).transpose(1, 2)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+
+def mlp_residual(layer: nn.Module, x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x + SwiGLU MLP of the post-attention-normed x (the second half of a Qwen3 decoder layer)."""
+    h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
+    m = layer.mlp
+    return x + F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight), m.down_proj.weight)
+
+
 def decoder_stack(layers: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   cache: KVCache, slots: torch.Tensor, attn_mask: torch.Tensor | None,
                   n_kv: int, n_rep: int, head_dim: int, eps: float, kv_len: int | None = None) -> torch.Tensor:
@@ -223,14 +242,7 @@ def decoder_stack(layers: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin
         attn_mask = attn_mask[..., :kv_len]
     for i, layer in enumerate(layers):
         att = layer.self_attn
-        h = rms_norm(x, layer.input_layernorm.weight, eps)
-        q = rms_norm(F.linear(h, att.q_proj.weight, att.q_proj.bias).unflatten(-1, (-1, head_dim)),
-                     att.q_norm.weight, eps).transpose(1, 2)  # (B, nh, q, hd)
-        k = rms_norm(F.linear(h, att.k_proj.weight, att.k_proj.bias).unflatten(-1, (-1, head_dim)),
-                     att.k_norm.weight, eps).transpose(1, 2)  # (B, nkv, q, hd)
-        v = F.linear(h, att.v_proj.weight, att.v_proj.bias).unflatten(-1, (-1, head_dim)).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q, k, v = attention_qkv(att, rms_norm(x, layer.input_layernorm.weight, eps), cos, sin, head_dim, eps)
         kc, vc = cache.k[i], cache.v[i]  # (B, nkv, L, hd) views into the static cache
         kc.index_copy_(2, slots, k.to(kc.dtype))
         vc.index_copy_(2, slots, v.to(vc.dtype))
@@ -243,9 +255,7 @@ def decoder_stack(layers: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin
         o = o.unflatten(2, (n_rep, -1)).flatten(1, 2)  # (B, nh, q, hd)
         o = o.transpose(1, 2).flatten(2)  # (B, q, nh*hd)
         x = x + F.linear(o, att.o_proj.weight, att.o_proj.bias)
-        h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
-        m = layer.mlp
-        x = x + F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight), m.down_proj.weight)
+        x = mlp_residual(layer, x, eps)
     return x
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rvqspec.model import CodeDecoder, rms_norm, rotate_half
+from rvqspec.model import CodeDecoder, attention_qkv, mlp_residual, rms_norm
 
 
 @dataclass
@@ -53,14 +53,7 @@ def trace_talker(talker: CodeDecoder, inputs_embeds: torch.Tensor, attentions: b
     hidden, probs_all = [], []
     for layer in talker.model.layers:
         att = layer.self_attn
-        h = rms_norm(x, layer.input_layernorm.weight, eps)
-        q = rms_norm(F.linear(h, att.q_proj.weight, att.q_proj.bias).unflatten(-1, (-1, hd)),
-                     att.q_norm.weight, eps).transpose(1, 2)  # (B, nh, T, hd)
-        k = rms_norm(F.linear(h, att.k_proj.weight, att.k_proj.bias).unflatten(-1, (-1, hd)),
-                     att.k_norm.weight, eps).transpose(1, 2)  # (B, nkv, T, hd)
-        v = F.linear(h, att.v_proj.weight, att.v_proj.bias).unflatten(-1, (-1, hd)).transpose(1, 2)  # (B, nkv, T, hd)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q, k, v = attention_qkv(att, rms_norm(x, layer.input_layernorm.weight, eps), cos, sin, hd, eps)  # (B, nh|nkv, T, hd)
         # GQA: query head j uses kv head j // n_rep (official repeat_kv)
         k = k.repeat_interleave(n_rep, dim=1)  # (B, nh, T, hd)
         v = v.repeat_interleave(n_rep, dim=1)  # (B, nh, T, hd)
@@ -68,9 +61,7 @@ def trace_talker(talker: CodeDecoder, inputs_embeds: torch.Tensor, attentions: b
         p = scores.softmax(dim=-1)  # (B, nh, T, T)
         o = (p @ v).transpose(1, 2).flatten(2)  # (B, T, nh*hd)
         x = x + F.linear(o, att.o_proj.weight, att.o_proj.bias)
-        h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
-        m = layer.mlp
-        x = x + F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight), m.down_proj.weight)
+        x = mlp_residual(layer, x, eps)
         hidden.append(x)
         if attentions:
             probs_all.append(p)
