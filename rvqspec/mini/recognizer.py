@@ -126,22 +126,11 @@ class RecognizerConfig:
 
 def mel_filterbank(n_fft: int, n_mels: int, sample_rate: int, f_min: float = 20.0,
                    f_max: float | None = None) -> torch.Tensor:
-    """Triangular filters on the HTK mel scale: (n_fft // 2 + 1, n_mels)."""
+    """Triangular filters on the HTK mel scale: (n_fft // 2 + 1, n_mels) (the codec's, transposed)."""
+    from rvqspec.mini.codec import mel_filterbank as codec_mel_filterbank
+
     f_max = sample_rate / 2 if f_max is None else f_max
-
-    def hz_to_mel(f):
-        return 2595.0 * np.log10(1.0 + np.asarray(f) / 700.0)
-
-    def mel_to_hz(m):
-        return 700.0 * (10.0 ** (np.asarray(m) / 2595.0) - 1.0)
-
-    freqs = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)  # (F,)
-    edges = mel_to_hz(np.linspace(hz_to_mel(f_min), hz_to_mel(f_max), n_mels + 2))  # (M+2,)
-    lower, center, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]  # (M, 1) each
-    rising = (freqs[None] - lower) / (center - lower)
-    falling = (upper - freqs[None]) / (upper - center)
-    fb = np.clip(np.minimum(rising, falling), 0.0, None)  # (M, F)
-    return torch.from_numpy(fb.T.astype(np.float32))  # (F, M)
+    return codec_mel_filterbank(sample_rate, n_fft, n_mels, f_min, f_max).T.contiguous()  # (F, M)
 
 
 class LogMel(nn.Module):
