@@ -21,6 +21,8 @@ _EXPORTS = {
     "SparseTree": "rvqspec.tree",
     "PositionOffsets": "rvqspec.drafters",
     "SpeculativeCodePredictor": "rvqspec.spec",
+    "CompiledCodePredictor": "rvqspec.compiled",
+    "CompileConfig": "rvqspec.compiled",
     "accelerate": "rvqspec.official_accel",
 }
 

@@ -69,8 +69,8 @@ def test_bench_ar_help_lists_options() -> None:
 def test_bench_ar_smoke_tiny() -> None:
     cfg = CodePredictorConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, head_dim=8, talker_hidden_size=40)
-    bc = BenchARConfig(calls=4, frames=2, warmup=1, bandwidth_mib=8, c0_vocab=32, threads=1)
-    r = run_bench_ar(bc, cfg=cfg, progress=False)
+    bc = BenchARConfig(calls=4, frames=2, warmup=1, bandwidth_mib=8, c0_vocab=32, threads=1, compiled=False)
+    r = run_bench_ar(bc, cfg=cfg, progress=False)  # the compiled columns: tests/test_compiled.py
     json.dumps(r)  # JSON-able
     assert set(r["dtypes"]) == {"float32", "bfloat16"}
     for d in r["dtypes"].values():

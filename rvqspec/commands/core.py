@@ -69,6 +69,8 @@ def register(app: typer.Typer) -> None:
         threads: int = typer.Option(_BENCH.threads, help="torch.set_num_threads for the run."),
         preset: str = typer.Option(_BENCH.preset, help="CodePredictorConfig preset (random weights)."),
         official: bool = typer.Option(_BENCH.official, help="Also time the official HF generate loop."),
+        compiled: bool = typer.Option(_BENCH.compiled, help="Also time the compiled predictor "
+                                      "(rvqspec.CompiledCodePredictor; needs a C++ compiler, compiles ~1 min)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout (progress on stderr)."),
         out: Optional[Path] = typer.Option(None, help="Also write the JSON to this file."),
     ) -> None:
@@ -76,7 +78,7 @@ def register(app: typer.Typer) -> None:
         from rvqspec.bench_ar import run_bench_ar
 
         bc = replace(_BENCH, calls=calls, frames=frames, warmup=warmup, threads=threads, preset=preset,
-                     official=official, dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
+                     official=official, compiled=compiled, dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
         result = run_bench_ar(bc)
         text = json.dumps(result, indent=2)
         if out is not None:
@@ -91,5 +93,10 @@ def register(app: typer.Typer) -> None:
             if "official_frame_ms" in r:
                 line += (f", official {r['official_frame_ms']:.1f} ms/frame ({r['official_per_call_ms']:.2f} ms/call), "
                          f"frame speed-up {r['speedup_frame_vs_official']:.2f}x")
+            if "compiled_frame_ms" in r:
+                line += (f"; compiled: step {r['compiled_step_ms']:.2f} ms ({r['compiled_step_over_floor']:.2f}x floor), "
+                         f"{r['compiled_frame_per_call_ms']:.2f} ms/call")
+                if "compiled_speedup_frame_vs_official" in r:
+                    line += f", speed-up vs official {r['compiled_speedup_frame_vs_official']:.2f}x"
             typer.echo(line)
         typer.echo(f"targets: {result['targets_met']}")

@@ -53,6 +53,13 @@ class MiniModelConfig:
     warmup_steps: int = 100
     weight_decay: float = 0.01
     cp_loss_weight: float = 1.0
+    # Exposure bias through the residual channel: free-running, the talker reads its own predicted
+    # c1..c15 of the previous frame, which the code predictor gets mostly wrong. With probability
+    # `history_noise` a training frame's INPUT residuals c_k, k >= k0 (k0 uniform in 1..15), are
+    # replaced by random codes, and with probability `c0_history_noise` its input c0 is (targets
+    # stay the true codes), so the talker learns not to lean on them.
+    history_noise: float = 0.0
+    c0_history_noise: float = 0.0
     cp_frames: int = 128  # frames per step for the code-predictor loss (it dominates the compute)
     max_frames: int = 80  # longer utterances are cropped to a random window
     seed: int = 0
@@ -131,14 +138,32 @@ def _batch(texts, codes, idx, max_frames: int, rng: np.random.Generator):
     return torch.from_numpy(tb), torch.from_numpy(cb), torch.from_numpy(vb)
 
 
+def corrupt_history(codes: torch.Tensor, codebook_size: int, residual_p: float, c0_p: float,
+                    generator: torch.Generator) -> torch.Tensor:
+    """A copy of codes (B, T, 16) for the talker's input: per frame, with probability residual_p
+    the codes of levels k0..15 (k0 uniform in 1..15) become random, and with probability c0_p c0
+    does (see MiniModelConfig.history_noise)."""
+    B, T, n = codes.shape
+    out = codes.clone()
+    rand = torch.randint(0, codebook_size, codes.shape, generator=generator)  # (B, T, 16)
+    k0 = torch.randint(1, n, (B, T, 1), generator=generator)  # (B, T, 1)
+    hit = torch.rand(B, T, 1, generator=generator) < residual_p  # (B, T, 1)
+    level = torch.arange(n).view(1, 1, n)  # (1, 1, 16)
+    replace = hit & (level >= k0)  # (B, T, 16)
+    replace[..., 0] = torch.rand(B, T, generator=generator) < c0_p
+    out[replace] = rand[replace]
+    return out
+
+
 def losses(talker: CodeDecoder, cp: MultiCodeDecoder, text: torch.Tensor, codes: torch.Tensor,
-           valid: torch.Tensor, cp_frames: int | None = None, generator: torch.Generator | None = None
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+           valid: torch.Tensor, cp_frames: int | None = None, generator: torch.Generator | None = None,
+           input_codes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forced (c0 loss, c1..c15 loss) of one batch: text (B, T), codes (B, T, 16), valid (B, T).
-    The code-predictor loss uses at most `cp_frames` random frames of the batch."""
+    The code-predictor loss uses at most `cp_frames` random frames of the batch. `input_codes`
+    (B, T, 16): what the talker reads as the previous frames' codes (default: codes)."""
     from rvqspec.tts import teacher_forced_inner, teacher_forced_talker
 
-    hidden, logits = teacher_forced_talker(talker, cp, text, codes)  # (B, T, E), (B, T, V)
+    hidden, logits = teacher_forced_talker(talker, cp, text, codes if input_codes is None else input_codes)
     loss_c0 = F.cross_entropy(logits[valid], codes[..., 0][valid])
     h = hidden[valid].unsqueeze(1)  # (N, 1, E): one code-predictor sequence per real frame
     fc = codes[valid]  # (N, 16)
@@ -194,7 +219,9 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     for step in bar:
         idx = rng.choice(len(texts), size=min(cfg.batch_utterances, len(texts)), replace=False)
         text, code, valid = _batch(texts, codes, idx, cfg.max_frames, rng)
-        l0, lc = losses(talker, cp, text, code, valid, cfg.cp_frames, g)
+        noisy = (corrupt_history(code, cb, cfg.history_noise, cfg.c0_history_noise, g)
+                 if cfg.history_noise or cfg.c0_history_noise else None)
+        l0, lc = losses(talker, cp, text, code, valid, cfg.cp_frames, g, input_codes=noisy)
         loss = l0 + cfg.cp_loss_weight * lc
         opt.zero_grad(set_to_none=True)
         loss.backward()
