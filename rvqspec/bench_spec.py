@@ -10,6 +10,9 @@
   time of the q = 1 AR step vs the q = N + 1 verify call, verify_overhead(N) = t(N+1)/t(1) - 1,
   projected speedup(N) = tokens_per_call(N) / (1 + overhead(N)) from a mini-world acceptance JSON,
   and the chosen N* (seed 000 §3.4: acceptance is device independent, only the overhead is profiled).
+  With `compiled=True` the same q=1 step and q=N+1 verify calls are also timed with the decoder
+  stack compiled by Inductor (`rvqspec.compiled`: frozen, prepacked weights), whose GEMMs stay
+  bandwidth-bound for small q, so the verify overhead is much smaller (`*_compiled` fields).
 """
 from __future__ import annotations
 
@@ -143,7 +146,8 @@ def _random_tree(n: int) -> SparseTree:
 @torch.no_grad()
 def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Sequence[int] = BUDGETS,
                     name: str = "0.6b", dtype: torch.dtype = torch.float32, repeats: int = 30, warmup: int = 5,
-                    threads: int | None = None, seed: int = 0, progress: bool = True, config=None) -> dict:
+                    threads: int | None = None, seed: int = 0, progress: bool = True, config=None,
+                    compiled: bool = False) -> dict:
     """Time q=1 (an AR step) vs q=N+1 (a verify call) on a random full-size code predictor
     (`config` overrides the preset, for smoke tests)."""
     from tqdm import tqdm
@@ -194,6 +198,13 @@ def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Se
 
         t1 = timeit(ar_step)
         res["t_q1_ms"] = round(1e3 * t1, 4)
+        if compiled:
+            from rvqspec.compiled import CompileConfig, CompiledCodePredictor
+
+            ccp = CompiledCodePredictor(cp)
+            x1 = torch.nn.functional.embedding(code, cp.model.codec_embedding[p - 2].weight).unsqueeze(1)  # (1, 1, E)
+            t1c = timeit(lambda: ccp.step_logits(x1, p))  # warm-up compiles
+            res["t_q1_ms_compiled"] = round(1e3 * t1c, 4)
         drafter = PositionOffsets.zeros(3, cfg.hidden_size, cfg.vocab_size)
         for N in tqdm(budgets, desc="bench full-size verify calls", disable=not progress):
             spec = SpeculativeCodePredictor(cp, drafter, _random_tree(N))
@@ -202,17 +213,24 @@ def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Se
             tN = timeit(lambda: spec.verify_call(vcache, m, tokens))
             over = tN / t1 - 1.0
             row = {"q": N + 1, "t_ms": round(1e3 * tN, 4), "verify_overhead": round(over, 4)}
+            if compiled:
+                cspec = SpeculativeCodePredictor(cp, drafter, _random_tree(N), compile=CompileConfig())
+                tNc = timeit(lambda: cspec.verify_call(vcache, m, tokens))
+                row.update(t_ms_compiled=round(1e3 * tNc, 4), verify_overhead_compiled=round(tNc / t1c - 1.0, 4))
             if tokens_per_call and N in tokens_per_call:
                 row["tokens_per_call"] = tokens_per_call[N]
                 row["projected_speedup"] = round(tokens_per_call[N] / (1.0 + over), 4)
+                if compiled:
+                    row["projected_speedup_compiled"] = round(tokens_per_call[N] / (1.0 + row["verify_overhead_compiled"]), 4)
             res["rows"][N] = row
     finally:
         torch.set_num_threads(old)
-    proj = {N: r["projected_speedup"] for N, r in res["rows"].items() if "projected_speedup" in r}
-    if proj:
-        best = max(proj, key=proj.get)
-        res["chosen_N"] = best
-        res["chosen_projected_speedup"] = proj[best]
+    for suffix in ("", "_compiled"):
+        proj = {N: r[f"projected_speedup{suffix}"] for N, r in res["rows"].items() if f"projected_speedup{suffix}" in r}
+        if proj:
+            best = max(proj, key=proj.get)
+            res[f"chosen_N{suffix}"] = best
+            res[f"chosen_projected_speedup{suffix}"] = proj[best]
     return res
 
 

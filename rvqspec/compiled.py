@@ -59,6 +59,36 @@ class _Backbone(nn.Module):
         return rms_norm(h, self.norm.weight, self.dims[3])
 
 
+class CompiledBackbone:
+    """`_Backbone` compiled with static shapes (one graph per input shape: q, batch, cache length,
+    dtype), every call under the Inductor options. Used by the AR frame below and by the
+    speculative decoder's fused verify call (`SpeculativeCodePredictor(..., compile=...)`)."""
+
+    def __init__(self, code_predictor: MultiCodeDecoder, config: CompileConfig = CompileConfig()):
+        self.config = config
+        # Dynamo counts graphs per code object: every instance compiles _Backbone.forward again
+        # (one graph per shape), so the default limit of 8 runs out after a few instances.
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
+        # dynamic=False: the prefill (q=2) and the step (q=1) get two static graphs instead of
+        # one graph with a symbolic q after the second shape is seen
+        self._fn = torch.compile(_Backbone(code_predictor), fullgraph=config.fullgraph, dynamic=False)
+
+    def options(self):
+        """The Inductor options as a context: every call runs under it, so that a recompile (a
+        guard that fails on some new input) is compiled with the same options."""
+        import torch._inductor.config as inductor_config
+
+        return inductor_config.patch(self.config.inductor_options())
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                 slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Same arguments and result as `_Backbone.forward`."""
+        with self.options():
+            return self._fn(x, cos, sin, mask, slots, k, v)
+
+
 class CompiledCodePredictor:
     """Drop-in for `MultiCodeDecoder.generate_frame` (same arguments, same result distribution;
     greedy codes identical up to kernel rounding) with a compiled decoder stack.
@@ -70,14 +100,7 @@ class CompiledCodePredictor:
     def __init__(self, code_predictor: MultiCodeDecoder, config: CompileConfig = CompileConfig()):
         self.code_predictor = code_predictor.eval()
         self.config = config
-        # dynamic=False: the prefill (q=2) and the step (q=1) get two static graphs instead of
-        # one graph with a symbolic q after the second shape is seen
-        # Dynamo counts graphs per code object: every instance compiles _Backbone.forward again
-        # (two graphs per batch size and dtype), so the default limit of 8 runs out after four.
-        import torch._dynamo.config as dynamo_config
-
-        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
-        self._backbone = torch.compile(_Backbone(self.code_predictor), fullgraph=config.fullgraph, dynamic=False)
+        self._backbone = CompiledBackbone(self.code_predictor, config)
         self._state: dict = {}
 
     def _buffers(self, batch: int, dtype: torch.dtype, device: torch.device) -> dict:
@@ -97,13 +120,6 @@ class CompiledCodePredictor:
             self._state = {key: st}
         return st
 
-    def _options(self):
-        """The Inductor options as a context: every call runs under it, so that a recompile (a
-        guard that fails on some new input) is compiled with the same options."""
-        import torch._inductor.config as inductor_config
-
-        return inductor_config.patch(self.config.inductor_options())
-
     @torch.inference_mode()
     def step_logits(self, x: torch.Tensor, position: int) -> torch.Tensor:
         """One compiled q=1 call: x (B, 1, E) embedded at `position` (2..15; its k/v written to that
@@ -111,8 +127,7 @@ class CompiledCodePredictor:
         cp = self.code_predictor
         dtype, device = _param_dtype_device(cp)
         st = self._buffers(x.shape[0], dtype, device)
-        with self._options():
-            h = self._backbone(x.to(dtype), *st["step"][position], st["cache"].k, st["cache"].v)[:, 0]  # (B, H)
+        h = self._backbone(x.to(dtype), *st["step"][position], st["cache"].k, st["cache"].v)[:, 0]  # (B, H)
         return F.linear(h, cp.lm_head[position - 1].weight)
 
     @torch.inference_mode()
@@ -123,7 +138,7 @@ class CompiledCodePredictor:
         B = talker_hidden.shape[0]
         dtype, device = _param_dtype_device(cp)
         st = self._buffers(B, dtype, device)
-        with self._options():
+        with self._backbone.options():  # one context for the whole frame (the calls re-enter it cheaply)
             return self._frame(talker_hidden, c0, sampling, generator, st)
 
     def _frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling,

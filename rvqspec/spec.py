@@ -88,7 +88,7 @@ class SpeculativeCodePredictor:
     """Drop-in for `MultiCodeDecoder.generate_frame` with RVQ position-aware speculation."""
 
     def __init__(self, code_predictor, drafter: Drafter, tree: SparseTree, rule: str = "sampled",
-                 _control: str | None = None):
+                 _control: str | None = None, compile=None):
         if len(tree) == 0:
             raise ValueError("the draft tree is empty; use the AR MultiCodeDecoder.generate_frame instead")
         if tree.max_depth > drafter.num_offsets:
@@ -110,6 +110,13 @@ class SpeculativeCodePredictor:
         self._state: dict = {}
         self.last_cache = None        # the cache after the last frame (tests inspect compaction)
         self.last_filled = 0          # slots 0..last_filled-1 hold the accepted prefix
+        # compile (a rvqspec.compiled.CompileConfig): the fused verify call's decoder stack runs as
+        # one static-shape Inductor graph with frozen weights (q = N+1 is fixed per tree)
+        self._compiled = None
+        if compile is not None:
+            from rvqspec.compiled import CompiledBackbone
+
+            self._compiled = CompiledBackbone(code_predictor.eval(), compile)
 
     # ---- per-tree constants ----------------------------------------------------------------------
     def _plan(self, dtype: torch.dtype, device) -> _Plan:
@@ -196,10 +203,14 @@ class SpeculativeCodePredictor:
         for d, (lo, hi) in enumerate(pl.spans):
             g = min(m + d, n)  # nodes past c15 (never accepted) reuse the last table: static shapes
             parts.append(F.embedding(tokens[:, lo:hi], tables[g]))  # (1, hi-lo, E)
-        x = cp.small_to_mtp_projection(torch.cat(parts, 1).to(cache.k.dtype))  # (1, q, H)
+        x = torch.cat(parts, 1).to(cache.k.dtype)  # (1, q, E)
         cos, sin = pl.rope[m]
-        x = decoder_stack(layers, x, cos, sin, cache, pl.slots[m], pl.masks[m], *self._dims)
-        hidden = rms_norm(x, norm_w, self._dims[3])  # (1, q, H)
+        if self._compiled is not None:  # projection, layers and final norm in one compiled graph
+            hidden = self._compiled(x, cos, sin, pl.masks[m], pl.slots[m], cache.k, cache.v)  # (1, q, H)
+        else:
+            x = decoder_stack(layers, cp.small_to_mtp_projection(x), cos, sin, cache, pl.slots[m], pl.masks[m],
+                              *self._dims)
+            hidden = rms_norm(x, norm_w, self._dims[3])  # (1, q, H)
         parts = []
         for d, (lo, hi) in enumerate(pl.spans):
             if m + d <= n - 1:  # LM head m+d emits c_{m+d+1}

@@ -38,8 +38,7 @@ def _compiled_step_logits(comp, x_prefill, x_steps):
     with torch.inference_mode():
         # the prefill as the frame runs it, then the public single-step unit
         st = comp._buffers(x_prefill.shape[0], torch.float32, torch.device("cpu"))
-        with comp._options():
-            h = comp._backbone(x_prefill, *st["prefill"], st["cache"].k, st["cache"].v)[:, -1]
+        h = comp._backbone(x_prefill, *st["prefill"], st["cache"].k, st["cache"].v)[:, -1]
         out.append(torch.nn.functional.linear(h, cp.lm_head[0].weight))
         for p in range(2, cp.config.num_code_groups):
             out.append(comp.step_logits(x_steps[p - 2], p))
@@ -100,3 +99,45 @@ def test_bench_ar_reports_the_compiled_path() -> None:
               "compiled_speedup_frame_vs_official", "compiled_speedup_vs_eager_paired"):
         assert r[k] > 0, k
     assert r["compiled_frame_per_call_ms"] == pytest.approx(r["compiled_frame_ms"] / 15)
+
+
+def test_compiled_speculative_verify_matches_eager() -> None:
+    """The speculative decoder with a compiled verify call: same verifier logits as eager, and
+    greedy frames identical to AR (the greedy lossless property)."""
+    from rvqspec.drafters import PositionOffsets
+    from rvqspec.spec import SpeculativeCodePredictor
+    from rvqspec.tree import SparseTree
+
+    torch.set_num_threads(1)
+    cp = tiny_code_predictor(vocab=16, hidden=32, layers=2, talker_hidden=40, seed=5)
+    drafter = PositionOffsets.zeros(3, cp.config.hidden_size, cp.config.vocab_size)
+    tree = SparseTree([(0,), (1,), (0, 0), (0, 1), (0, 0, 0)])
+    eager = SpeculativeCodePredictor(cp, drafter, tree)
+    comp = SpeculativeCodePredictor(cp, drafter, tree, compile=CompileConfig(max_autotune=False))
+    plan = eager._plan(torch.float32, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for m in (1, 7, 13):
+            ca, cb = cp.new_cache(1, plan.max_len), cp.new_cache(1, plan.max_len)
+            tokens = torch.randint(0, 16, (1, len(tree) + 1), generator=g)
+            ha, la = eager.verify_call(ca, m, tokens)
+            hb, lb = comp.verify_call(cb, m, tokens)
+            assert (la - lb).abs().max().item() < 1e-4 and (ca.k - cb.k).abs().max().item() < 1e-4
+    for _ in range(3):
+        th = torch.randn(1, 1, 40, generator=g)
+        c0 = torch.randint(0, 16, (1, 1), generator=g)
+        codes, _ = comp.generate_frame(th, c0, Sampling.greedy())
+        assert torch.equal(codes, cp.generate_frame(th, c0, Sampling.greedy()))
+
+
+def test_bench_full_size_reports_compiled_verify_overheads() -> None:
+    from rvqspec.bench_spec import bench_full_size
+    from rvqspec.config import CodePredictorConfig
+
+    small = CodePredictorConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, talker_hidden_size=64)
+    f = bench_full_size({4: 2.0}, budgets=(4,), repeats=3, warmup=1, progress=False, config=small, compiled=True)
+    row = f["rows"][4]
+    assert f["t_q1_ms_compiled"] > 0 and row["t_ms_compiled"] > 0
+    assert row["projected_speedup_compiled"] == pytest.approx(2.0 / (1 + row["verify_overhead_compiled"]), rel=1e-3)
+    assert f["chosen_N_compiled"] == 4

@@ -204,6 +204,8 @@ def register(app: typer.Typer) -> None:
         frames: int = typer.Option(_D.timing_frames, help="Timed frames (median)."),
         full_size: bool = typer.Option(True, help="Also time q=1 vs q=N+1 on a random full-size code predictor."),
         threads: Optional[int] = typer.Option(None, help="torch threads for the full-size timing."),
+        compiled: bool = typer.Option(False, help="Full size: also time the q=1 step and the verify calls with "
+                                      "the Inductor-compiled decoder stack (rvqspec.compiled; about a minute per N)."),
         as_json: bool = typer.Option(False, "--json"),
         out: Optional[Path] = typer.Option(None),
     ) -> None:
@@ -231,5 +233,5 @@ def register(app: typer.Typer) -> None:
             utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=None)
             result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames))
         if full_size:
-            result["full_size"] = bench_full_size(tpc, threads=threads)
+            result["full_size"] = bench_full_size(tpc, threads=threads, compiled=compiled)
         _emit(result, as_json, out)
