@@ -152,6 +152,16 @@ class CodePredictorConfig:
         return d
 
 
+def _text_lead_from_official(tc: dict, where: str) -> dict:
+    """TalkerConfig.text_lead / text_lead_pad_id from talker_config["rvqspec_text_lead"] (absent: 0)."""
+    v = tc.get("rvqspec_text_lead")
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or not isinstance(v.get("frames"), int) or not isinstance(v.get("pad_id", 0), int):
+        raise ConfigError(f"{where}: rvqspec_text_lead must be {{'frames': int, 'pad_id': int}}, got {v!r}")
+    return {"text_lead": v["frames"], "text_lead_pad_id": v.get("pad_id", 0)}
+
+
 @dataclass
 class TalkerConfig:
     """CodeDecoder (the talker): Qwen3 layers over text+codec embeddings, emits c0 per frame."""
@@ -184,9 +194,18 @@ class TalkerConfig:
     spk_id: dict = field(default_factory=dict)
     spk_is_dialect: dict = field(default_factory=dict)
     codec_language_id: dict = field(default_factory=dict)
+    # rvqspec extension (0 = the official scheme): the text stream leads the audio by `text_lead`
+    # frames. Frame t reads text token t + text_lead (then `text_lead_pad_id`), and text tokens
+    # 0..text_lead-1 enter through a prefix of text_lead positions summed with the codec pad
+    # embedding (`rvqspec.tts.talker_inputs`). Saved as talker_config["rvqspec_text_lead"] only
+    # when non-zero, so a real checkpoint's config.json is untouched.
+    text_lead: int = 0
+    text_lead_pad_id: int = 0
 
     def __post_init__(self) -> None:
         self.mrope_section = tuple(int(s) for s in self.mrope_section)
+        if self.text_lead < 0:
+            raise ConfigError(f"TalkerConfig.text_lead must be >= 0, got {self.text_lead}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(f"TalkerConfig: num_attention_heads={self.num_attention_heads} is not a multiple "
                               f"of num_key_value_heads={self.num_key_value_heads}")
@@ -236,10 +255,14 @@ class TalkerConfig:
                                                "codec_think_bos_id", "codec_think_eos_id", "codec_pad_id",
                                                "codec_bos_id")},
                    spk_id=dict(tc.get("spk_id") or {}), spk_is_dialect=dict(tc.get("spk_is_dialect") or {}),
-                   codec_language_id=dict(tc.get("codec_language_id") or {}))
+                   codec_language_id=dict(tc.get("codec_language_id") or {}),
+                   **_text_lead_from_official(tc, where))
 
     def to_official(self) -> dict:
         d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
+        lead, pad = d.pop("text_lead"), d.pop("text_lead_pad_id")
+        if lead:
+            d["rvqspec_text_lead"] = {"frames": lead, "pad_id": pad}
         d["rope_scaling"] = {"rope_type": "default", "mrope_section": list(d.pop("mrope_section")),
                              "interleaved": d.pop("mrope_interleaved")}
         d.update(hidden_act="silu", use_sliding_window=False, model_type="qwen3_tts_talker")

@@ -67,19 +67,24 @@ def synthesize_codes(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text
     inner = inner or code_predictor
     talker_sampling = talker_sampling or sampling
     T = text_ids.numel()
+    L = talker.config.text_lead
     dtype = next(talker.parameters()).dtype
-    text_h = talker.text_embed(text_ids.view(1, T)).to(dtype)  # (1, T, E)
+    stream = text_stream(talker, text_ids.view(1, T), T).to(dtype)  # (1, T + L, E): frame t reads stream[t + L]
     bos = talker.codec_embed(torch.tensor([[talker.config.codec_bos_id]])).to(dtype)  # (1, 1, E)
-    cache = talker.new_cache(1, T)
-    positions = torch.arange(T).view(1, T)  # (1, T)
-    mask = causal_mask(positions, T, dtype)  # (1, 1, T, T)
+    cache = talker.new_cache(1, L + T)
+    positions = torch.arange(L + T).view(1, L + T)  # (1, L + T): prefix, then one per frame
+    mask = causal_mask(positions, L + T, dtype)  # (1, 1, L + T, L + T)
     vocab_mask = codec_vocab_mask(talker, codebook_size).to(dtype)  # (V,)
     codes = torch.empty(T, 16, dtype=torch.long)  # (T, 16)
     stats = SynthesisStats()
-    x = text_h[:, :1] + bos  # (1, 1, E)
+    if L:  # text tokens 0..L-1 enter first (TalkerConfig.text_lead)
+        pad = talker.codec_embed(torch.tensor([[talker.config.codec_pad_id]])).to(dtype)  # (1, 1, E)
+        talker(stream[:, :L] + pad, positions[:, :L], cache, positions[0, :L], mask[:, :, :L], logits=False)
+    x = stream[:, L:L + 1] + bos  # (1, 1, E)
     for t in range(T):
         t0 = time.perf_counter()
-        h, logits = talker(x, positions[:, t:t + 1], cache, positions[0, t:t + 1], mask[:, :, t:t + 1])
+        p = L + t
+        h, logits = talker(x, positions[:, p:p + 1], cache, positions[0, p:p + 1], mask[:, :, p:p + 1])
         c0 = sample_logits(logits[:, -1] + vocab_mask, talker_sampling, generator).view(1, 1)  # (1, 1)
         t1 = time.perf_counter()
         out = inner.generate_frame(h[:, -1:], c0, sampling=sampling, generator=generator)
@@ -98,34 +103,62 @@ def synthesize_codes(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text
         if on_frame is not None:
             on_frame(t, frame)
         if t + 1 < T:
-            x = talker.frame_embedding(frame, code_predictor).to(dtype) + text_h[:, t + 1:t + 2]  # (1, 1, E)
+            x = talker.frame_embedding(frame, code_predictor).to(dtype) + stream[:, L + t + 1:L + t + 2]  # (1, 1, E)
     return codes, stats
+
+
+def text_stream(talker: CodeDecoder, text_ids: torch.Tensor, frames: int) -> torch.Tensor:
+    """Embedded text stream (B, frames + L, E), L = talker.config.text_lead, from text_ids (B, Tt):
+    the tokens, then `text_lead_pad_id` (the text runs out L frames before the audio), cut to
+    frames + L. Tt may exceed `frames` (a training crop keeps the text that follows it)."""
+    L = talker.config.text_lead
+    n = frames + L
+    if text_ids.shape[1] < n:
+        pad = torch.full((text_ids.shape[0], n - text_ids.shape[1]), talker.config.text_lead_pad_id,
+                         dtype=torch.long, device=text_ids.device)  # (B, n - Tt)
+        text_ids = torch.cat([text_ids, pad], dim=1)
+    return talker.text_embed(text_ids[:, :n])
 
 
 def talker_inputs(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
                   codes: torch.Tensor) -> torch.Tensor:
-    """Teacher-forced talker inputs (B, T, E) for text_ids (B, T) and codes (B, T, 16): frame t sees
-    its own text token plus frame t-1's code-embedding sum (codec BOS at t = 0)."""
-    B, T = text_ids.shape
-    text_h = talker.text_embed(text_ids)  # (B, T, E)
+    """Teacher-forced talker inputs (B, L + T, E) for text_ids (B, Tt >= T) and codes (B, T, 16), with
+    L = talker.config.text_lead (0 in the official scheme): frame t (position L + t) sees text token
+    t + L plus frame t-1's code-embedding sum (codec BOS at t = 0); positions 0..L-1 carry text
+    tokens 0..L-1 plus the codec pad embedding."""
+    B, T = codes.shape[:2]
+    if text_ids.shape[0] != B or text_ids.shape[1] < T:
+        raise ValueError(f"talker_inputs: text_ids {tuple(text_ids.shape)} must be (B={B}, >= T={T}) for codes "
+                         f"{tuple(codes.shape)}")
+    L = talker.config.text_lead
+    stream = text_stream(talker, text_ids, T)  # (B, T + L, E)
     bos = talker.codec_embed(torch.full((B, 1), talker.config.codec_bos_id, dtype=torch.long))  # (B, 1, E)
-    if T == 1:
-        return text_h + bos
-    prev = codes[:, :-1].reshape(B * (T - 1), 16)  # (B*(T-1), 16)
-    frame_sums = talker.frame_embedding(prev, code_predictor).view(B, T - 1, -1)  # (B, T-1, E)
-    return text_h + torch.cat([bos, frame_sums], dim=1)
+    prev = [bos]
+    if T > 1:
+        flat = codes[:, :-1].reshape(B * (T - 1), 16)  # (B*(T-1), 16)
+        prev.append(talker.frame_embedding(flat, code_predictor).view(B, T - 1, -1))  # (B, T-1, E)
+    codec_part = torch.cat(prev, dim=1)  # (B, T, E)
+    if L:
+        pad = talker.codec_embed(torch.full((B, L), talker.config.codec_pad_id, dtype=torch.long))  # (B, L, E)
+        codec_part = torch.cat([pad, codec_part], dim=1)  # (B, L + T, E)
+    return stream + codec_part
 
 
 def teacher_forced_talker(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
                           codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the talker over a whole utterance batch with teacher forcing: text_ids (B, T), codes
-    (B, T, 16) -> (hidden (B, T, E), c0 logits (B, T, V)). Right padding needs no key mask: the
-    causal mask already hides later (padded) frames from every real frame."""
-    B, T = text_ids.shape
-    x = talker_inputs(talker, code_predictor, text_ids, codes)  # (B, T, E)
-    positions = torch.arange(T).view(1, T).expand(B, T)  # (B, T)
-    cache = training_cache(talker, B, T, x.dtype)
-    return talker(x, positions, cache, torch.arange(T), causal_mask(positions[:1], T, x.dtype))
+    (B, T, 16) -> (hidden (B, T, E), c0 logits (B, T, V)) of the T frames (a text-lead prefix is
+    run and dropped). Right padding needs no key mask: the causal mask already hides later
+    (padded) frames from every real frame. With a text lead, a padded row's trailing text pads
+    sit inside the batch padding, which no real frame attends to."""
+    B = text_ids.shape[0]
+    L = talker.config.text_lead
+    x = talker_inputs(talker, code_predictor, text_ids, codes)  # (B, L + T, E)
+    n = x.shape[1]
+    positions = torch.arange(n).view(1, n).expand(B, n)  # (B, L + T)
+    cache = training_cache(talker, B, n, x.dtype)
+    hidden, logits = talker(x, positions, cache, torch.arange(n), causal_mask(positions[:1], n, x.dtype))
+    return hidden[:, L:], (None if logits is None else logits[:, L:])
 
 
 @dataclass

@@ -18,16 +18,19 @@ from rvqspec.tts import synthesize_codes, teacher_forced_frames, teacher_forced_
 CODEBOOK = 16
 
 
-def tiny_model(seed: int = 0):
+def tiny_model(seed: int = 0, text_lead: int = 0):
+    from dataclasses import replace
+
     torch.manual_seed(seed)
-    cfg = model_config(MiniModelConfig.toy(), text_vocab_size=20, codebook_size=CODEBOOK)
+    cfg = model_config(replace(MiniModelConfig.toy(), text_lead=text_lead), text_vocab_size=20, codebook_size=CODEBOOK)
     talker, cp = CodeDecoder(cfg.talker), MultiCodeDecoder(cfg.code_predictor)
     cp.set_c0_embedding(talker.model.codec_embedding)
     return talker.eval(), cp.eval()
 
 
-def test_free_running_equals_teacher_forced_on_own_codes():
-    talker, cp = tiny_model()
+@pytest.mark.parametrize("text_lead", [0, 2])
+def test_free_running_equals_teacher_forced_on_own_codes(text_lead):
+    talker, cp = tiny_model(text_lead=text_lead)
     text = torch.randint(0, 20, (9,), generator=torch.Generator().manual_seed(1))
     seen = []
     codes, stats = synthesize_codes(talker, cp, text, CODEBOOK, sampling=Sampling(),
@@ -46,6 +49,36 @@ def test_free_running_equals_teacher_forced_on_own_codes():
     assert torch.equal(tf_c0, greedy_codes[:, 0]), "teacher-forced talker disagrees with the frame loop"
     h, c = teacher_forced_frames(talker, cp, text, codes)
     assert h.shape == (9, talker.config.hidden_size) and torch.allclose(h, hidden[0], atol=1e-6)
+
+
+def test_text_lead_reads_ahead_exactly_lead_frames_and_round_trips(tmp_path):
+    """With text_lead L, frame t depends on text token t + L and not on t + L + 1; with L = 0 it
+    does not depend on token t + 1 (the control). The lead survives save/load."""
+    from rvqspec.checkpoint import Qwen3TTS, load_qwen3_tts, save_qwen3_tts
+
+    g = torch.Generator().manual_seed(3)
+    text = torch.randint(5, 20, (1, 10), generator=g)
+    codes = torch.randint(0, CODEBOOK, (1, 10, 16), generator=g)
+    for lead in (0, 2):
+        talker, cp = tiny_model(text_lead=lead)
+        with torch.no_grad():
+            _, ref = teacher_forced_talker(talker, cp, text, codes)
+            for j, expect in ((4 + lead, True), (5 + lead, False)):
+                alt = text.clone()
+                alt[0, j] = (alt[0, j] + 1 - 5) % 15 + 5
+                _, got = teacher_forced_talker(talker, cp, alt, codes)
+                changed = (got[0, 4] - ref[0, 4]).abs().max().item() > 1e-6
+                assert changed == expect, (lead, j)
+    cfg = model_config(MiniModelConfig.toy(), text_vocab_size=20, codebook_size=CODEBOOK)
+    talker, cp = tiny_model(text_lead=2)
+    from dataclasses import replace
+    save_qwen3_tts(Qwen3TTS(talker=talker, code_predictor=cp, config=replace(cfg, talker=talker.config), path=None),
+                   tmp_path / "m")
+    back = load_qwen3_tts(tmp_path / "m")
+    assert back.talker.config.text_lead == 2 and back.talker.config.text_lead_pad_id == 0
+    import json
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["talker_config"]["rvqspec_text_lead"] == \
+        {"frames": 2, "pad_id": 0}
 
 
 def test_frame_loop_rejects_bad_text():

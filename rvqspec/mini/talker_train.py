@@ -60,6 +60,10 @@ class MiniModelConfig:
     # stay the true codes), so the talker learns not to lean on them.
     history_noise: float = 0.0
     c0_history_noise: float = 0.0
+    # The text stream leads the audio by this many frames (TalkerConfig.text_lead): espeak's
+    # spectrum of a frame depends on the phoneme that follows, which a talker reading one token
+    # per frame would otherwise only see after the frame.
+    text_lead: int = 0
     cp_frames: int = 128  # frames per step for the code-predictor loss (it dominates the compute)
     max_frames: int = 80  # longer utterances are cropped to a random window
     seed: int = 0
@@ -85,6 +89,7 @@ def model_config(cfg: MiniModelConfig, text_vocab_size: int, codebook_size: int)
         num_hidden_layers=cfg.talker_layers, num_attention_heads=cfg.talker_heads,
         num_key_value_heads=cfg.talker_kv_heads, head_dim=t_head_dim, max_position_embeddings=4096,
         mrope_section=mrope, text_vocab_size=text_vocab_size, text_hidden_size=cfg.text_hidden,
+        text_lead=cfg.text_lead, text_lead_pad_id=0,  # 0 = the tokenizer's <pad> (rvqspec.mini.phonemes.PAD)
         codec_pad_id=cb, codec_bos_id=cb + 1, codec_eos_token_id=cb + 2, codec_think_id=cb + 3,
         codec_nothink_id=cb + 4, codec_think_bos_id=cb + 5, codec_think_eos_id=cb + 6)
     cp = CodePredictorConfig(
@@ -122,19 +127,20 @@ def _load_split(corpus_dir: Path, split: str) -> tuple[list[np.ndarray], list[np
     return texts, codes
 
 
-def _batch(texts, codes, idx, max_frames: int, rng: np.random.Generator):
-    """Right-padded batch: text (B, T), codes (B, T, 16), valid (B, T) bool."""
+def _batch(texts, codes, idx, max_frames: int, rng: np.random.Generator, text_lead: int = 0):
+    """Right-padded batch: text (B, T + text_lead), codes (B, T, 16), valid (B, T) bool. A crop keeps
+    the text_lead text tokens that follow it (the talker reads text text_lead frames ahead)."""
     crops = []
     for i in idx:
-        T = len(texts[i])
+        T = len(codes[i])
         s = int(rng.integers(0, T - max_frames + 1)) if T > max_frames else 0
-        crops.append((texts[i][s:s + max_frames], codes[i][s:s + max_frames]))
-    T = max(len(t) for t, _ in crops)
-    tb = np.zeros((len(idx), T), dtype=np.int64)  # (B, T)
+        crops.append((texts[i][s:s + max_frames + text_lead], codes[i][s:s + max_frames]))
+    T = max(len(c) for _, c in crops)
+    tb = np.zeros((len(idx), T + text_lead), dtype=np.int64)  # (B, T + lead); 0 = <pad> = text_lead_pad_id
     cb = np.zeros((len(idx), T, 16), dtype=np.int64)  # (B, T, 16)
     vb = np.zeros((len(idx), T), dtype=bool)  # (B, T)
     for b, (t, c) in enumerate(crops):
-        tb[b, :len(t)], cb[b, :len(t)], vb[b, :len(t)] = t, c, True
+        tb[b, :len(t)], cb[b, :len(c)], vb[b, :len(c)] = t, c, True
     return torch.from_numpy(tb), torch.from_numpy(cb), torch.from_numpy(vb)
 
 
@@ -218,7 +224,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     bar = tqdm(range(cfg.steps), desc="mini model", unit="step")
     for step in bar:
         idx = rng.choice(len(texts), size=min(cfg.batch_utterances, len(texts)), replace=False)
-        text, code, valid = _batch(texts, codes, idx, cfg.max_frames, rng)
+        text, code, valid = _batch(texts, codes, idx, cfg.max_frames, rng, cfg.text_lead)
         noisy = (corrupt_history(code, cb, cfg.history_noise, cfg.c0_history_noise, g)
                  if cfg.history_noise or cfg.c0_history_noise else None)
         l0, lc = losses(talker, cp, text, code, valid, cfg.cp_frames, g, input_codes=noisy)
@@ -260,7 +266,7 @@ def _validation_loss(talker, cp, corpus_dir: Path, split: str = "validation", li
         return {}
     rng = np.random.default_rng(0)
     idx = np.arange(min(limit, len(texts)))
-    text, code, valid = _batch(texts, codes, idx, 10_000, rng)
+    text, code, valid = _batch(texts, codes, idx, 10_000, rng, talker.config.text_lead)
     l0, lc = losses(talker, cp, text, code, valid)
     return dict(val_loss_c0=float(l0), val_loss_cp=float(lc))
 
