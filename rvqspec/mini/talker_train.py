@@ -47,7 +47,7 @@ class MiniModelConfig:
     cp_kv_heads: int = 2
     cp_mlp: int = 384
     # training
-    steps: int = 1000
+    steps: int = 6000
     batch_utterances: int = 8
     lr: float = 3e-3
     warmup_steps: int = 100
@@ -58,12 +58,12 @@ class MiniModelConfig:
     # `history_noise` a training frame's INPUT residuals c_k, k >= k0 (k0 uniform in 1..15), are
     # replaced by random codes, and with probability `c0_history_noise` its input c0 is (targets
     # stay the true codes), so the talker learns not to lean on them.
-    history_noise: float = 0.0
-    c0_history_noise: float = 0.0
+    history_noise: float = 0.5
+    c0_history_noise: float = 0.1
     # The text stream leads the audio by this many frames (TalkerConfig.text_lead): espeak's
     # spectrum of a frame depends on the phoneme that follows, which a talker reading one token
     # per frame would otherwise only see after the frame.
-    text_lead: int = 0
+    text_lead: int = 2
     cp_frames: int = 128  # frames per step for the code-predictor loss (it dominates the compute)
     max_frames: int = 80  # longer utterances are cropped to a random window
     seed: int = 0

@@ -136,6 +136,9 @@ def kd_terms(student: Trace, teacher: Trace, targets: Sequence[int], valid: torc
     """The four distillation terms (see the module docstring) of one batch; valid (B, T) bool."""
     if len(targets) != len(student.hidden):
         raise ValueError(f"kd_terms: {len(targets)} targets for {len(student.hidden)} student layers")
+    extra = teacher.logits.shape[1] - valid.shape[1]
+    if extra > 0:  # a text-lead prefix (TalkerConfig.text_lead) precedes the frames: not distilled
+        valid = F.pad(valid, (extra, 0), value=False)
     lt = F.log_softmax(teacher.logits[valid].float(), dim=-1)  # (N, V)
     ls = F.log_softmax(student.logits[valid].float(), dim=-1)  # (N, V)
     logit = skew_kl(lt, ls, alpha).mean()
@@ -236,7 +239,7 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
     for step in bar:
         if batches is None:
             idx = rng.choice(len(texts), size=min(c.batch_utterances, len(texts)), replace=False)
-            text, code, valid = _batch(texts, codes, idx, c.max_frames, rng)
+            text, code, valid = _batch(texts, codes, idx, c.max_frames, rng, teacher.config.text_lead)
         else:
             text, code, valid = batches[step % len(batches)]
         terms = distill_losses(student, teacher, s_cp, t_cp, targets, text, code, valid, c, g)

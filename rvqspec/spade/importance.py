@@ -44,6 +44,7 @@ def cosine_importance(talker: CodeDecoder, code_predictor: MultiCodeDecoder, tex
     from rvqspec.tts import talker_inputs
 
     tr = trace_talker(talker, talker_inputs(talker, code_predictor, text, codes), attentions=False, logits=False)
+    valid = F.pad(valid, (talker.config.text_lead, 0), value=False)  # a text-lead prefix is not a frame
     ins = [tr.embeddings] + tr.hidden[:-1]
     return [float(1.0 - F.cosine_similarity(a[valid], b[valid], dim=-1).mean()) for a, b in zip(ins, tr.hidden)]
 
@@ -57,7 +58,7 @@ def cosine_importance_corpus(talker: CodeDecoder, code_predictor: MultiCodeDecod
 
     texts, codes = _load_split(Path(corpus_dir), config.cosine_split)
     idx = np.arange(min(config.cosine_utterances, len(texts)))
-    text, code, valid = _batch(texts, codes, idx, 10_000, np.random.default_rng(0))
+    text, code, valid = _batch(texts, codes, idx, 10_000, np.random.default_rng(0), talker.config.text_lead)
     scores = cosine_importance(talker, code_predictor, text, code, valid)
     return dict(criterion="cosine", split=config.cosine_split, utterances=int(len(idx)),
                 frames=int(valid.sum()), scores=scores)
