@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 
 import torch
 
+from rvqspec.jsonfile import read_json
 from rvqspec.sampling import Sampling
 
 MANIFEST = "manifest.json"
@@ -152,12 +153,7 @@ def read_manifest(shard_dir: str | Path, code_predictor=None) -> dict:
     """Load and check manifest.json (keys, shard files present, model hash when a model is given)."""
     d = Path(shard_dir)
     path = d / MANIFEST if d.is_dir() else d
-    if not path.is_file():
-        raise ExtractError(f"{path}: no manifest (run `rvqspec spec extract` first)")
-    try:
-        m = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ExtractError(f"{path}: not valid JSON ({e})") from e
+    m = read_json(path, ExtractError, "no manifest (run `rvqspec spec extract` first)")
     for key in ("model_hash", "hidden_size", "source", "frames", "shards"):
         if key not in m:
             raise ExtractError(f"{path}: missing key {key!r}")

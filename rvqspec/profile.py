@@ -45,6 +45,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from rvqspec.jsonfile import read_json
+
 if TYPE_CHECKING:
     from rvqspec.tree import SparseTree
 
@@ -198,12 +200,7 @@ def load_acceptance(path: str | Path | None, max_depth: int = 3, drafter: str | 
         return Acceptance(default_acceptance_table(depth=max_depth),
                           source=f"default table fitted to seed 000 §3.4 (alpha={DEFAULT_ALPHA}, rho={DEFAULT_RHO})")
     p = Path(path)
-    try:
-        d = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such acceptance file") from None
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{p}: not valid JSON ({e})") from None
+    d = read_json(p, ProfileError, "no such acceptance file")
     if not isinstance(d, dict):
         raise ProfileError(f"{p}: expected a JSON object, got {type(d).__name__}")
     if "drafters" in d:
@@ -567,12 +564,7 @@ def save_device_profile(profile_dict: dict, path: str | Path) -> Path:
 
 def load_device_profile(path: str | Path) -> DeviceProfile:
     p = Path(path)
-    try:
-        d = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such device profile") from None
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{p}: not valid JSON ({e})") from None
+    d = read_json(p, ProfileError, "no such device profile")
     return DeviceProfile.from_dict(d, str(p))
 
 

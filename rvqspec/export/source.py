@@ -1,13 +1,13 @@
 """Where an export or a profile gets its code predictor, drafter and tree from (CLI arguments)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from rvqspec.export.wrappers import ExportError
+from rvqspec.jsonfile import read_json
 from rvqspec.tree import SparseTree
 
 
@@ -43,12 +43,7 @@ def load_code_predictor(spec: str | Path, dtype: torch.dtype = torch.float32, se
 def load_tree(path: str | Path, acceptance_table=None) -> SparseTree:
     """A tree JSON (list of rank paths, or {"paths": [...]}) or a device profile JSON (its N* tree)."""
     p = Path(path)
-    if not p.is_file():
-        raise ExportError(f"{p}: no such tree file")
-    try:
-        d = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ExportError(f"{p}: not valid JSON ({e})") from None
+    d = read_json(p, ExportError, "no such tree file")
     if isinstance(d, dict) and str(d.get("schema", "")).startswith("rvqspec.device_profile"):
         from rvqspec.profile import DeviceProfile, tree_for_profile
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from rvqspec.jsonfile import read_json
 from rvqspec.mini.paths import MANIFEST_FILE, MiniPaths
 
 STEPS = ("corpus", "codec", "recognizer", "model")
@@ -103,12 +104,7 @@ def _write_json_atomic(path: Path, payload: dict) -> None:
 
 def read_manifest(data_dir: str | os.PathLike) -> dict:
     path = Path(data_dir) / MANIFEST_FILE
-    if not path.is_file():
-        raise ArtifactError(f"no manifest at {path} (run: rvqspec mini build)")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path} is not valid JSON: {exc}") from exc
+    manifest = read_json(path, ArtifactError, "no manifest (run: rvqspec mini build)")
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ArtifactError(f"{path}: key 'format' is {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}")
     return manifest
