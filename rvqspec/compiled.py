@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rvqspec.model import KVCache, MultiCodeDecoder, _param_dtype_device, causal_mask, decoder_stack, rms_norm
-from rvqspec.sampling import Sampling, sample_logits
+from rvqspec.model import KVCache, MultiCodeDecoder, _param_dtype_device, decoder_stack, rms_norm
+from rvqspec.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -109,14 +109,15 @@ class CompiledCodePredictor:
         if st is None:
             cp = self.code_predictor
             n = cp.config.num_code_groups
-            pos = torch.arange(n, device=device)  # (n,)
-            cos, sin = cp.rope(pos.unsqueeze(0), dtype)  # (1, 1, n, hd)
-            mask = causal_mask(pos.unsqueeze(0), n, dtype)  # (1, 1, n, n)
-            # per-call inputs as separate contiguous tensors (no views at varying offsets)
+            base = cp._frame_buffers(batch, dtype, device)  # the eager loop's cos/sin/mask/slots
+            cos, sin, mask, slots = base["cos"], base["sin"], base["mask"], base["slots"]
+            # per-call inputs as separate contiguous tensors (no views at varying offsets); an own
+            # cache, so the eager and the compiled loop never share state
             st = dict(cache=cp.new_cache(batch, n, dtype, device),
-                      prefill=(cos[:, :, :2].clone(), sin[:, :, :2].clone(), mask[:, :, :2].clone(), pos[:2].clone()),
+                      prefill=(cos[:, :, :2].clone(), sin[:, :, :2].clone(), mask[:, :, :2].clone(),
+                               base["prefill_slots"].clone()),
                       step=[(cos[:, :, p:p + 1].clone(), sin[:, :, p:p + 1].clone(), mask[:, :, p:p + 1].clone(),
-                             pos[p:p + 1].clone()) for p in range(n)])
+                             slots[p].clone()) for p in range(n)])
             self._state = {key: st}
         return st
 
@@ -133,28 +134,13 @@ class CompiledCodePredictor:
     @torch.inference_mode()
     def generate_frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling = Sampling(),
                        generator: torch.Generator | None = None) -> torch.Tensor:
-        """c1..c15 (B, 15) long, exactly the AR recipe of `MultiCodeDecoder.generate_frame`."""
+        """c1..c15 (B, 15) long, exactly the AR recipe of `MultiCodeDecoder.generate_frame`
+        (`MultiCodeDecoder.ar_frame` around the compiled stack)."""
         cp = self.code_predictor
-        B = talker_hidden.shape[0]
         dtype, device = _param_dtype_device(cp)
-        st = self._buffers(B, dtype, device)
+        st = self._buffers(talker_hidden.shape[0], dtype, device)
+        k, v = st["cache"].k, st["cache"].v
         with self._backbone.options():  # one context for the whole frame (the calls re-enter it cheaply)
-            return self._frame(talker_hidden, c0, sampling, generator, st)
-
-    def _frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling,
-               generator: torch.Generator | None, st: dict) -> torch.Tensor:
-        cp = self.code_predictor
-        cache, n = st["cache"], cp.config.num_code_groups
-        dtype = cache.k.dtype
-        out = torch.empty(c0.shape[0], n - 1, dtype=torch.long, device=c0.device)  # (B, 15)
-        x = torch.cat([talker_hidden.to(dtype), cp.c0_embedding(c0).to(dtype)], dim=1)  # (B, 2, E)
-        # prefill: positions 0, 1 (slots 0, 1 written; rows 0..1 of the causal mask)
-        h = self._backbone(x, *st["prefill"], cache.k, cache.v)[:, -1]  # (B, H)
-        code = sample_logits(F.linear(h, cp.lm_head[0].weight), sampling, generator)  # (B,)
-        out[:, 0] = code
-        for p in range(2, n):  # position p embeds c_{p-1} with table p-2, head p-1 emits c_p
-            x = F.embedding(code, cp.model.codec_embedding[p - 2].weight).unsqueeze(1)  # (B, 1, E)
-            h = self._backbone(x, *st["step"][p], cache.k, cache.v)[:, 0]  # (B, H)
-            code = sample_logits(F.linear(h, cp.lm_head[p - 1].weight), sampling, generator)
-            out[:, p - 1] = code
-        return out
+            return cp.ar_frame(talker_hidden, c0, sampling, generator,
+                               lambda x: self._backbone(x, *st["prefill"], k, v)[:, -1],
+                               lambda x, p: self._backbone(x, *st["step"][p], k, v)[:, 0])

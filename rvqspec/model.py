@@ -20,7 +20,7 @@ Numerics follow `qwen_tts/core/models/modeling_qwen3_tts.py` (0.1.1):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -435,25 +435,36 @@ class MultiCodeDecoder(nn.Module):
         dtype, device = _param_dtype_device(self)
         st = self._frame_buffers(B, dtype, device)
         cache, cos, sin, mask = st["cache"], st["cos"], st["sin"], st["mask"]
-        c, eps = self.config, self.config.rms_norm_eps
-        layers, norm_w = self.model.layers, self.model.norm.weight
-        n = c.num_code_groups
-        out = torch.empty(B, n - 1, dtype=torch.long, device=device)  # (B, 15)
-        # prefill: positions 0, 1
+        layers, norm_w, eps = self.model.layers, self.model.norm.weight, self.config.rms_norm_eps
+
+        def prefill(x: torch.Tensor) -> torch.Tensor:  # (B, 2, E) at positions 0, 1 -> (B, H)
+            x = decoder_stack(layers, self.small_to_mtp_projection(x), cos[:, :, :2], sin[:, :, :2], cache,
+                              st["prefill_slots"], mask[:, :, :2], *self._dims, kv_len=2)
+            return rms_norm(x[:, -1], norm_w, eps)
+
+        def step(x: torch.Tensor, p: int) -> torch.Tensor:  # (B, 1, E) at position p -> (B, H)
+            x = decoder_stack(layers, self.small_to_mtp_projection(x), cos[:, :, p:p + 1], sin[:, :, p:p + 1],
+                              cache, st["slots"][p], None, *self._dims, kv_len=p + 1)  # sees all p+1 filled slots
+            return rms_norm(x[:, 0], norm_w, eps)
+
+        return self.ar_frame(talker_hidden, c0, sampling, generator, prefill, step)
+
+    def ar_frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling,
+                 generator: torch.Generator | None, prefill: Callable[[torch.Tensor], torch.Tensor],
+                 step: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+        """The AR recipe around a decoder stack (the eager loop above and `rvqspec.compiled` share
+        it): `prefill` maps the embedded [h_talker, c0] (B, 2, E) to the normed hidden (B, H) at
+        position 1, `step` maps the embedding (B, 1, E) of c_{p-1} at position p to the hidden
+        (B, H) there; LM head p-1 and `sampling` then give c_p. Returns c1..c15 (B, 15) long."""
+        dtype = self.model.norm.weight.dtype
+        n = self.config.num_code_groups
+        out = torch.empty(c0.shape[0], n - 1, dtype=torch.long, device=c0.device)  # (B, 15)
         x = torch.cat([talker_hidden.to(dtype), self.c0_embedding(c0).to(dtype)], dim=1)  # (B, 2, E)
-        x = self.small_to_mtp_projection(x)  # (B, 2, H)
-        x = decoder_stack(layers, x, cos[:, :, :2], sin[:, :, :2], cache, st["prefill_slots"], mask[:, :, :2],
-                          *self._dims, kv_len=2)
-        h = rms_norm(x[:, -1], norm_w, eps)  # (B, H)
-        code = sample_logits(F.linear(h, self.lm_head[0].weight), sampling, generator)  # (B,)
+        code = sample_logits(F.linear(prefill(x), self.lm_head[0].weight), sampling, generator)  # (B,)
         out[:, 0] = code
         for p in range(2, n):  # position p embeds c_{p-1} with table p-2, head p-1 emits c_p
-            x = self.small_to_mtp_projection(
-                F.embedding(code, self.model.codec_embedding[p - 2].weight).unsqueeze(1))  # (B, 1, H)
-            x = decoder_stack(layers, x, cos[:, :, p:p + 1], sin[:, :, p:p + 1], cache, st["slots"][p],
-                              None, *self._dims, kv_len=p + 1)  # q=1 sees all p+1 filled slots
-            h = rms_norm(x[:, 0], norm_w, eps)  # (B, H)
-            code = sample_logits(F.linear(h, self.lm_head[p - 1].weight), sampling, generator)
+            x = F.embedding(code, self.model.codec_embedding[p - 2].weight).unsqueeze(1)  # (B, 1, E)
+            code = sample_logits(F.linear(step(x, p), self.lm_head[p - 1].weight), sampling, generator)
             out[:, p - 1] = code
         return out
 
