@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -155,9 +155,9 @@ def corrupt_history(codes: torch.Tensor, codebook_size: int, residual_p: float, 
     k0 = torch.randint(1, n, (B, T, 1), generator=generator)  # (B, T, 1)
     hit = torch.rand(B, T, 1, generator=generator) < residual_p  # (B, T, 1)
     level = torch.arange(n).view(1, 1, n)  # (1, 1, 16)
-    replace = hit & (level >= k0)  # (B, T, 16)
-    replace[..., 0] = torch.rand(B, T, generator=generator) < c0_p
-    out[replace] = rand[replace]
+    swap = hit & (level >= k0)  # (B, T, 16)
+    swap[..., 0] = torch.rand(B, T, generator=generator) < c0_p
+    out[swap] = rand[swap]
     return out
 
 
