@@ -47,6 +47,21 @@ def register(app: typer.Typer) -> None:
     app.add_typer(export_app, name="export")
 
 
+def _run_export(model: str, tree: Path, drafter: Optional[Path], export):
+    """What both exports share: the inputs, one thread, timing, and a clear error for bad input.
+    `export(cp, tree, drafter)` -> result with .out_dir; returns (result, summary head, (cp, tree, drafter))."""
+    import torch
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        cp, t, d = _inputs(model, tree, drafter)
+        res = export(cp, t, d)
+    except ValueError as exc:
+        _fail(exc)
+    return res, {"out": str(res.out_dir), "seconds": round(time.perf_counter() - t0, 1), "N": len(t)}, (cp, t, d)
+
+
 @export_app.command("coreml")
 def coreml(model: str = _MODEL, tree: Path = _TREE, out: Path = _OUT, drafter: Optional[Path] = _DRAFTER,
            no_quantize: bool = typer.Option(False, "--no-quantize", help="fp16 weights instead of W8A16."),
@@ -56,21 +71,13 @@ def coreml(model: str = _MODEL, tree: Path = _TREE, out: Path = _OUT, drafter: O
            heads: str = _HEADS,
            overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out.")) -> None:
     """Core ML .mlpackage(s): functions "ar" (q=1) and "fused" (q=N+1), fp16 compute, W8A16."""
-    import torch
-
     from rvqspec.export.coreml import QUANT_OPS, export_coreml, package_bytes, package_io, package_ops
 
-    torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    try:
-        cp, t, d = _inputs(model, tree, drafter)
-        res = export_coreml(cp, t, out, quantize=None if no_quantize else _CML.quantize, drafter=d,
-                            multifunction=not two_packages, heads=heads, overwrite=overwrite)
-    except ValueError as exc:
-        _fail(exc)
-    summary = {"out": str(res.out_dir), "seconds": round(time.perf_counter() - t0, 1), "N": len(t),
-               "quantize": res.manifest["quantize"], "heads": heads, "target": res.manifest["minimum_deployment_target"],
-               "packages": {}}
+    res, summary, _ = _run_export(model, tree, drafter, lambda cp, t, d: export_coreml(
+        cp, t, out, quantize=None if no_quantize else _CML.quantize, drafter=d, multifunction=not two_packages,
+        heads=heads, overwrite=overwrite))
+    summary.update({"quantize": res.manifest["quantize"], "heads": heads, "target": res.manifest["minimum_deployment_target"],
+                    "packages": {}})
     for fn, pkg in res.packages.items():
         ops = package_ops(pkg, res.functions[fn])
         io = {side: {k: f"{tuple(shape)} {dt}" for k, (shape, dt) in feats.items()}
@@ -89,20 +96,12 @@ def onnx(model: str = _MODEL, tree: Path = _TREE, out: Path = _OUT, drafter: Opt
          heads: str = _HEADS,
          overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out.")) -> None:
     """ONNX graphs (AR, fused) for onnxruntime; optional numeric check against torch."""
-    import torch
-
     from rvqspec.export.onnx import OnnxGraph, export_onnx
 
-    torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    try:
-        cp, t, d = _inputs(model, tree, drafter)
-        res = export_onnx(cp, t, out, drafter=d, dynamo=dynamo, heads=heads, overwrite=overwrite)
-    except ValueError as exc:
-        _fail(exc)
-    summary = {"out": str(res.out_dir), "seconds": round(time.perf_counter() - t0, 1), "N": len(t),
-               "files": {"ar": str(res.ar), "fused": str(res.fused)},
-               "bytes": {"ar": res.ar.stat().st_size, "fused": res.fused.stat().st_size}}
+    res, summary, (cp, t, d) = _run_export(model, tree, drafter, lambda cp, t, d: export_onnx(
+        cp, t, out, drafter=d, dynamo=dynamo, heads=heads, overwrite=overwrite))
+    summary.update({"files": {"ar": str(res.ar), "fused": str(res.fused)},
+                    "bytes": {"ar": res.ar.stat().st_size, "fused": res.fused.stat().st_size}})
     if check:
         from rvqspec.export.host import torch_call
         from rvqspec.export.wrappers import ar_graph, fused_graph
