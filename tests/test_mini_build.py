@@ -154,3 +154,49 @@ def test_toy_build_refuses_to_overwrite_a_real_build(tmp_path):
     with pytest.raises(BuildError, match="real"):
         build(MiniPaths.at(data, tmp_path / "runs"), BuildConfig(toy=True, progress=False), log=lambda s: None)
     assert not (tmp_path / "runs").exists()
+
+
+def test_save_corpus_round_trips_many_rows_in_chunks(tmp_path):
+    """More rows than one Arrow chunk (256) and a split written through its stream file: every row's
+    arrays come back equal, in order, and no temporary file is left next to the corpus."""
+    from rvqspec.mini.corpus import save_corpus
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(600):
+        split = "model_train" if i < 530 else "eval"
+        T = int(rng.integers(1, 9))
+        rows.append({"id": f"{split}-{i}", "text": f"t{i}", "language": "en", "split": split, "duration": T * 0.08,
+                     "audio": rng.standard_normal(int(rng.integers(1, 3000))).astype(np.float32),
+                     "phoneme_frames": rng.integers(0, 50, T).astype(np.int32),
+                     "codes": rng.integers(0, 256, (T, 16)).astype(np.uint8)})
+    out = save_corpus(rows, tmp_path / "c", with_audio=True, codebook_size=256)
+    dd = load_corpus(out, need_audio=True, need_codes=True)
+    assert {s: len(d) for s, d in dd.items()} == {"model_train": 530, "eval": 70}
+    got = [r for s in ("model_train", "eval") for r in dd[s].with_format("numpy")]
+    for r, g in zip(rows, got):
+        assert g["id"] == r["id"]
+        np.testing.assert_array_equal(g["audio"], r["audio"])
+        np.testing.assert_array_equal(g["phoneme_frames"], r["phoneme_frames"])
+        np.testing.assert_array_equal(np.stack(g["codes"]), r["codes"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+def test_model_trains_on_the_configured_splits(toy, tmp_path, monkeypatch):
+    """`MiniModelConfig.train_splits` decides which corpus splits the model reads; a split the corpus
+    lacks is named in the error."""
+    from dataclasses import replace
+
+    import rvqspec.mini.talker_train as tt
+
+    paths, _ = toy
+    read = []
+    real = tt._load_split
+    monkeypatch.setattr(tt, "_load_split", lambda d, s: (read.append(s), real(d, s))[1])
+    cfg = replace(tt.MiniModelConfig.toy(), steps=2, train_splits=("model_train", "train"))
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "m", config=cfg, tokenizer_path=paths.tokenizer)
+    assert read[:2] == ["model_train", "train"]
+    with pytest.raises(KeyError, match="no split 'nope'"):
+        tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "m2", config=replace(cfg, train_splits=("nope",)),
+                            tokenizer_path=paths.tokenizer)
+    assert not (tmp_path / "m2").exists()

@@ -302,3 +302,23 @@ def test_select_by_criteria():
     assert select_by("cosine", imp, 2) == [0, 2]
     with pytest.raises(ValueError):
         select_by("random", imp, 2)
+
+
+def test_distill_supervised_terms_equal_the_trainers_losses():
+    """The distillation step reads c0 / c1..c15 CE from its traced student forward (one forward per
+    step); they must equal the trainer's own `losses` (SDPA forward) on the same batch and frames."""
+    from rvqspec.mini.talker_train import losses
+
+    _, talker, cp = tiny()
+    text, codes, valid = batch()
+    student = prune_talker(talker, [0, 3])
+    s_cp = student_code_predictor(cp, student)
+    cfg = DistillConfig(cp_frames=16)
+    with torch.no_grad():
+        got = distill_losses(student, talker, s_cp, cp, [2, 3], text, codes, valid, cfg,
+                             torch.Generator().manual_seed(3))
+        c0, ccp = losses(student, s_cp, text, codes, valid, 16, torch.Generator().manual_seed(3))
+        other = losses(student, s_cp, text, codes, valid, 16, torch.Generator().manual_seed(4))
+    torch.testing.assert_close(got["ce_c0"], c0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got["ce_cp"], ccp, rtol=1e-5, atol=1e-5)
+    assert abs(float(other[1]) - float(ccp)) > 1e-4  # other frames give another value: the check can fail

@@ -63,8 +63,8 @@ def extract_cmd(
     import torch
 
     from rvqspec.datasets_real import codec_from_spec, text_ids_from_spec
-    from rvqspec.scale import (ExtractJob, ScaleConfig, extract_sharded, merge_extraction, topology,
-                               wait_for_everyone)
+    from rvqspec.scale import (ExtractJob, ScaleConfig, extract_sharded, finish_distributed, merge_extraction,
+                               topology, wait_for_everyone)
 
     torch.set_num_threads(threads)
     topo = topology()
@@ -83,6 +83,7 @@ def extract_cmd(
         typer.echo(json.dumps({"manifest": str(man), "frames": summary["frames"], "units": res["units"],
                                "items": res["items"], "world": topo.world,
                                "dataset_stats": summary["extra"]["dataset_stats"]}, indent=2))
+    finish_distributed()
 
 
 @real_app.command("train-offsets")
@@ -124,11 +125,9 @@ def train_offsets_cmd(
                 "parameters": drafter.num_parameters}
         write_json_atomic(out.with_suffix(".json"), {**info, "losses": losses})
         typer.echo(json.dumps(info, indent=2))
-    # Tear the gloo group down before the interpreter exits: a rank that exits with it alive can
-    # abort in C++ ("terminate called without an active exception"), failing the whole launch.
-    acc.wait_for_everyone()
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    from rvqspec.scale import finish_distributed
+
+    finish_distributed()  # why: its docstring (a rank could abort in C++ at interpreter exit)
 
 
 @real_app.command("evaluate")
@@ -162,7 +161,8 @@ def evaluate_cmd(
     from rvqspec.datasets_real import DatasetSpec, codec_from_spec, count_items, iter_range, text_ids_from_spec
     from rvqspec.drafters import load_drafter
     from rvqspec.official_accel import load_official_model, shared_code_predictor
-    from rvqspec.scale import ScaleConfig, num_units, run_units, topology, unit_items as unit_range, wait_for_everyone
+    from rvqspec.scale import (ScaleConfig, finish_distributed, num_units, run_units, topology,
+                               unit_items as unit_range, wait_for_everyone)
     from rvqspec.tree import SparseTree
     from rvqspec.wer_real import (EvalConfig, MiniSynthesizer, OfficialSynthesizer, RecognizerMap, evaluate_unit,
                                   merge_eval, parse_asr_for, run_items)
@@ -201,6 +201,7 @@ def evaluate_cmd(
                                            "drafter": str(drafter),
                                            "tree": str(tree), "asr": asr, "seeds": seeds, "world": topo.world})
         typer.echo(json.dumps({"table3": str(out / "table3.md"), "rows": t["rows"]}, indent=2))
+    finish_distributed()
 
 
 @real_app.command("mini-datasets")

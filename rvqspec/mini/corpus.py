@@ -65,11 +65,16 @@ def fit_tokenizer(records: Sequence[Record], split: str = "model_train", min_pai
     return PhonemeTokenizer.fit(fit, min_pair_count=min_pair_count)
 
 
-def _list_array(arrays: Sequence[np.ndarray], pa_type):
+def _list_array(arrays: Sequence[np.ndarray], pa_type, chunk_rows: int = 256):
     """pyarrow list<pa_type> from 1-D arrays, or list<fixed_size_list<pa_type>[Q]> from (T, Q) arrays,
-    built from flat numpy buffers (no per-sample Python scalars)."""
+    built from flat numpy buffers (no per-sample Python scalars), `chunk_rows` rows per chunk.
+
+    Chunks bound the extra memory to one chunk's flat copy instead of a copy of the whole column."""
     import pyarrow as pa
 
+    if len(arrays) > chunk_rows:
+        return pa.chunked_array([_list_array(arrays[s:s + chunk_rows], pa_type, chunk_rows)
+                                 for s in range(0, len(arrays), chunk_rows)])
     arrays = [np.asarray(a) for a in arrays]
     lengths = np.array([len(a) for a in arrays], dtype=np.int64)  # (N,) rows per item
     total = int(lengths.sum())
@@ -112,16 +117,31 @@ def save_corpus(rows: list[dict], directory: str | os.PathLike, with_audio: bool
     """Write rows as a DatasetDict keyed by split, atomically (temp dir, then rename)."""
     from datasets import Dataset, DatasetDict
 
+    import pyarrow as pa
+
     directory = Path(directory)
     by_split: dict[str, list[dict]] = {}
     for r in rows:
         by_split.setdefault(r["split"], []).append(r)
-    dd = DatasetDict({s: Dataset(_split_table(by_split[s], with_audio, codebook_size))
-                      for s in SPLITS if s in by_split})
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp"))
     try:
+        # Each split goes through an Arrow stream file that the Dataset memory-maps: `Dataset(table)`
+        # on an in-memory table took ~6x the table's size (5 GB for 0.8 GB of audio, measured), which
+        # put the 19,780-clip corpus out of a 24 GB machine's memory.
+        splits = {}
+        for s in SPLITS:
+            if s not in by_split:
+                continue
+            table = _split_table(by_split[s], with_audio, codebook_size)
+            with pa.OSFile(str(tmp / f"{s}.arrow"), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+                for batch in table.to_batches(max_chunksize=256):
+                    w.write_batch(batch)
+            del table
+            splits[s] = Dataset.from_file(str(tmp / f"{s}.arrow"))
+        dd = DatasetDict(splits)
         dd.save_to_disk(str(tmp / "ds"))
+        del dd, splits  # release the memory maps before the temporary files go
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(tmp / "ds", directory)

@@ -64,6 +64,11 @@ class MiniModelConfig:
     # spectrum of a frame depends on the phoneme that follows, which a talker reading one token
     # per frame would otherwise only see after the frame.
     text_lead: int = 2
+    # corpus splits the model trains on: `model_train` (all six languages) and, by default, `train`
+    # (English): the drafters' teacher-forced split. A real TTS model has usually heard its offset
+    # training audio too (seed 000 trains offsets on VoxPopuli); calibration, validation and eval
+    # stay unseen, so every acceptance and CER figure is measured on text the model never read.
+    train_splits: tuple[str, ...] = ("model_train",)
     cp_frames: int = 128  # frames per step for the code-predictor loss (it dominates the compute)
     max_frames: int = 80  # longer utterances are cropped to a random window
     seed: int = 0
@@ -167,9 +172,20 @@ def losses(talker: CodeDecoder, cp: MultiCodeDecoder, text: torch.Tensor, codes:
     """Teacher-forced (c0 loss, c1..c15 loss) of one batch: text (B, T), codes (B, T, 16), valid (B, T).
     The code-predictor loss uses at most `cp_frames` random frames of the batch. `input_codes`
     (B, T, 16): what the talker reads as the previous frames' codes (default: codes)."""
-    from rvqspec.tts import teacher_forced_inner, teacher_forced_talker
+    from rvqspec.tts import teacher_forced_talker
 
     hidden, logits = teacher_forced_talker(talker, cp, text, codes if input_codes is None else input_codes)
+    return losses_from_talker(cp, hidden, logits, codes, valid, cp_frames, generator)
+
+
+def losses_from_talker(cp: MultiCodeDecoder, hidden: torch.Tensor, logits: torch.Tensor, codes: torch.Tensor,
+                       valid: torch.Tensor, cp_frames: int | None = None,
+                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`losses` given the talker's output over the T frames: hidden (B, T, E) after the final norm and
+    c0 logits (B, T, V). SPADE's distillation passes its own traced forward here, so the student
+    runs once per step."""
+    from rvqspec.tts import teacher_forced_inner
+
     loss_c0 = F.cross_entropy(logits[valid], codes[..., 0][valid])
     h = hidden[valid].unsqueeze(1)  # (N, 1, E): one code-predictor sequence per real frame
     fc = codes[valid]  # (N, 16)
@@ -200,7 +216,11 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     codec = RVQCodec.load(codec_dir)
     cb = int(codec.config.codebook_size)
     qcfg = model_config(cfg, tokenizer.vocab_size, cb)
-    texts, codes = _load_split(corpus_dir, MINI_SPLIT)
+    texts, codes = [], []
+    for split in cfg.train_splits:
+        t, c = _load_split(corpus_dir, split)
+        texts += t
+        codes += c
     if max(int(c.max()) for c in codes) >= cb:
         raise ValueError(f"{corpus_dir}: codes exceed the codec's codebook_size {cb}")
 
@@ -234,7 +254,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        history.append((float(l0), float(lc)))
+        history.append((l0.item(), lc.item()))
         if step % 20 == 0:
             bar.set_postfix(c0=f"{l0.item():.3f}", cp=f"{lc.item():.3f}")
     talker.eval(), cp.eval()

@@ -168,7 +168,7 @@ def distill_losses(student: CodeDecoder, teacher: CodeDecoder, student_cp: Multi
                    codes: torch.Tensor, valid: torch.Tensor, config: DistillConfig,
                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """All loss terms of one batch and their combination 'total' (differentiable in the student)."""
-    from rvqspec.mini.talker_train import losses
+    from rvqspec.mini.talker_train import losses_from_talker
     from rvqspec.tts import talker_inputs
 
     c = config
@@ -176,8 +176,11 @@ def distill_losses(student: CodeDecoder, teacher: CodeDecoder, student_cp: Multi
         t_trace = trace_talker(teacher, talker_inputs(teacher, teacher_cp, text, codes))
     s_trace = trace_talker(student, talker_inputs(student, student_cp, text, codes))
     # supervised: c0 CE from the codec head + c1..c15 CE through the frozen predictor (the trainer's
-    # own objective; it re-runs the student's forward through the SDPA path, the same function).
-    ce_c0, ce_cp = losses(student, student_cp, text, codes, valid, c.cp_frames, generator)
+    # own objective), read from the same traced student forward (the trace equals CodeDecoder.forward,
+    # tests/test_spade.py); a text-lead prefix precedes the T frames and is dropped
+    L = s_trace.final.shape[1] - codes.shape[1]
+    ce_c0, ce_cp = losses_from_talker(student_cp, s_trace.final[:, L:], s_trace.logits[:, L:], codes, valid,
+                                      c.cp_frames, generator)
     kd = kd_terms(s_trace, t_trace, targets, valid, c.skew_alpha)
     sup = ce_c0 + ce_cp
     kd_total = c.w_logit * kd["logit"] + c.w_latent * kd["latent"] + c.w_attn * kd["attn"] + c.w_emb * kd["emb"]
