@@ -78,9 +78,10 @@ def test_kmeans_finds_separated_clusters():
     g = torch.Generator().manual_seed(0)
     centres = torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
     x = (centres[:, None, :] + 0.1 * torch.randn(3, 100, 2, generator=g)).reshape(-1, 2)  # (300, 2)
-    c = kmeans(x, 3, 10, torch.Generator().manual_seed(1))
+    c, log_prior = kmeans(x, 3, 10, torch.Generator().manual_seed(1))
     d = torch.cdist(centres, c).min(1).values
     assert (d < 0.1).all()
+    torch.testing.assert_close(log_prior.exp(), torch.full((3,), 1 / 3))  # balanced clusters
     with pytest.raises(ValueError, match="at least k"):
         kmeans(x[:2], 3, 1, g)
 

@@ -59,6 +59,12 @@ class CodecConfig:
     log_floor: float = 1e-5  # power floor before the log: silence maps to one point
     # fitting
     kmeans_iters: int = 15
+    # Entropy-constrained RVQ (Chou, Lookabaugh & Gray 1989): a frame takes the code j minimising
+    # |r - c_j|^2 / D + rate_lambda * (-log p_j), p_j the code's frequency in the fitting data. The
+    # distortion is absolute (standardized feature units), so the early codebooks, whose residuals
+    # are large, barely notice the rate term while the deep ones, which refine little, settle on a
+    # few frequent small corrections. 0 = plain residual k-means (balanced, near-uniform codes).
+    rate_lambda: float = 0.0
     kmeans_init_sample: int = 20000  # k-means++ runs on a subsample (it is sequential in K)
     fit_max_frames: int = 100000  # frames drawn (without replacement) for fitting: ~400 per centroid
     # synthesis
@@ -119,22 +125,34 @@ def _sqdist(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return (x * x).sum(1, keepdim=True) - 2.0 * x @ c.T + (c * c).sum(1)[None, :]
 
 
-def _assign(x: torch.Tensor, c: torch.Tensor, chunk: int = 65536) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nearest centroid per row: (N,) long indices and (N,) squared distances; chunked for memory."""
+def _assign(x: torch.Tensor, c: torch.Tensor, chunk: int = 65536,
+            cost: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nearest centroid per row: (N,) long indices and (N,) squared distances; chunked for memory.
+    `cost` (K,): added to each centroid's squared distance before the minimum (the rate term of
+    entropy-constrained VQ); the distances returned stay plain squared distances."""
     idx, dist = [], []
     for s in range(0, x.shape[0], chunk):
-        d = _sqdist(x[s:s + chunk], c)  # (n, K)
-        m, i = d.min(1)
+        d = _sqdist(x[s:s + chunk], c).clamp_min(0)  # (n, K)
+        i = (d if cost is None else d + cost).argmin(1)  # (n,)
         idx.append(i)
-        dist.append(m.clamp_min(0))
+        dist.append(d.gather(1, i[:, None])[:, 0])
     return torch.cat(idx), torch.cat(dist)
 
 
-def kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator, init_sample: int = 20000,
-           progress: tqdm | None = None) -> torch.Tensor:
-    """(k, D) centroids of x (N, D): k-means++ init on a subsample, then Lloyd iterations.
+def rate_cost(log_prior: torch.Tensor, rate_lambda: float, dim: int) -> torch.Tensor | None:
+    """(K,) squared-distance penalty of each code, D * lambda * (-log p_j); None when lambda is 0."""
+    return None if rate_lambda <= 0 else -log_prior * (rate_lambda * dim)
 
-    An empty cluster is re-seeded at the point farthest from its centroid, so all k codes stay in use.
+
+def kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator, init_sample: int = 20000,
+           progress: tqdm | None = None, rate_lambda: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(k, D) centroids of x (N, D) and (k,) log code frequencies: k-means++ init on a subsample,
+    then Lloyd iterations.
+
+    Plain k-means (rate_lambda 0) re-seeds an empty cluster at the point farthest from its centroid,
+    so all k codes stay in use. Entropy-constrained (rate_lambda > 0) assignments pay
+    D * rate_lambda * (-log frequency), frequencies re-estimated every iteration; codes that empty
+    out stay unused (that is how it lowers the rate), at a floor frequency of 1e-3 / N.
     """
     n = x.shape[0]
     if n < k:
@@ -152,27 +170,40 @@ def kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator, init
         pick = torch.multinomial(d2 / total, 1, generator=generator)
         centroids[j] = sub[pick]
         d2 = torch.minimum(d2, ((sub - centroids[j]) ** 2).sum(1))
+    log_prior = torch.full((k,), -math.log(k), dtype=x.dtype)  # (k,)
+    floor = 1e-3 / n
     for _ in range(iters):
-        idx, dist = _assign(x, centroids)
+        idx, dist = _assign(x, centroids, cost=rate_cost(log_prior, rate_lambda, x.shape[1]))
         counts = torch.bincount(idx, minlength=k).to(x.dtype)  # (k,)
         sums = torch.zeros_like(centroids).index_add_(0, idx, x)  # (k, D)
         nonempty = counts > 0
         centroids[nonempty] = sums[nonempty] / counts[nonempty, None]
-        empty = (~nonempty).nonzero().flatten()
-        if len(empty):
-            far = dist.topk(len(empty)).indices
-            centroids[empty] = x[far]
+        if rate_lambda > 0:
+            log_prior = (counts / n).clamp_min(floor).log()
+        else:
+            empty = (~nonempty).nonzero().flatten()
+            if len(empty):
+                far = dist.topk(len(empty)).indices
+                centroids[empty] = x[far]
         if progress is not None:
             progress.update(1)
-    return centroids
+    # the frequencies the final centroids induce (what entropy-constrained encoding will pay)
+    idx, _ = _assign(x, centroids, cost=rate_cost(log_prior, rate_lambda, x.shape[1]))
+    log_prior = (torch.bincount(idx, minlength=k).to(x.dtype) / n).clamp_min(floor).log()
+    return centroids, log_prior
 
 
 class RVQCodec:
     def __init__(self, config: CodecConfig = CodecConfig(), codebooks: torch.Tensor | None = None,
-                 mean: torch.Tensor | None = None, std: torch.Tensor | None = None) -> None:
+                 mean: torch.Tensor | None = None, std: torch.Tensor | None = None,
+                 log_prior: torch.Tensor | None = None) -> None:
         config.validate()
         self.config = config
         self.codebooks = codebooks  # (Q, K, D) float32 in standardized feature space
+        # (Q, K) log frequency of each code in the fitting data: the rate term of entropy-constrained
+        # encoding (unused when config.rate_lambda is 0)
+        self.log_prior = (log_prior if log_prior is not None or codebooks is None
+                          else torch.full(codebooks.shape[:2], -math.log(codebooks.shape[1])))
         self.mean = mean  # (D,)
         self.std = std  # (D,)
         self.fb = mel_filterbank(config.sample_rate, config.n_fft, config.n_mels, config.fmin, config.fmax)  # (M, F)
@@ -229,17 +260,20 @@ class RVQCodec:
             x = x[torch.randperm(x.shape[0], generator=generator)[:c.fit_max_frames]]
         if x.shape[0] < c.codebook_size:
             raise ValueError(f"RVQCodec.fit got {x.shape[0]} frames, fewer than codebook_size {c.codebook_size}")
-        books = []
+        books, priors = [], []
         resid = x.clone()
         bar = tqdm(total=c.num_codebooks * c.kmeans_iters, desc="codec k-means", disable=not progress)
         for q in range(c.num_codebooks):
-            cb = kmeans(resid, c.codebook_size, c.kmeans_iters, generator, c.kmeans_init_sample, bar)  # (K, D)
-            idx, _ = _assign(resid, cb)
+            cb, lp = kmeans(resid, c.codebook_size, c.kmeans_iters, generator, c.kmeans_init_sample, bar,
+                            c.rate_lambda)  # (K, D), (K,)
+            idx, _ = _assign(resid, cb, cost=rate_cost(lp, c.rate_lambda, resid.shape[1]))
             resid -= cb[idx]
             books.append(cb)
+            priors.append(lp)
             bar.set_postfix(codebook=q, resid=f"{resid.pow(2).mean().item():.3f}")
         bar.close()
         self.codebooks = torch.stack(books)  # (Q, K, D)
+        self.log_prior = torch.stack(priors)  # (Q, K)
         return self
 
     # -- coding -----------------------------------------------------------------------------------
@@ -252,8 +286,8 @@ class RVQCodec:
         """(T, Q) codes of raw features (T, D): greedy residual assignment, codebook by codebook."""
         resid = (feats - self.mean) / self.std  # (T, D)
         codes = []
-        for cb in self.codebooks:  # (K, D)
-            idx, _ = _assign(resid, cb)
+        for cb, lp in zip(self.codebooks, self.log_prior):  # (K, D), (K,)
+            idx, _ = _assign(resid, cb, cost=rate_cost(lp, self.config.rate_lambda, resid.shape[1]))
             resid = resid - cb[idx]
             codes.append(idx)
         return torch.stack(codes, 1)  # (T, Q)
@@ -319,8 +353,11 @@ class RVQCodec:
         tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp"))
         try:
             os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the codec directory is committed and shared
-            save_file({"codebooks": self.codebooks.contiguous(), "mean": self.mean.contiguous(),
-                       "std": self.std.contiguous()}, str(tmp / WEIGHTS_FILE))
+            tensors = {"codebooks": self.codebooks.contiguous(), "mean": self.mean.contiguous(),
+                       "std": self.std.contiguous()}
+            if self.config.rate_lambda > 0:  # plain k-means codecs keep their two-tensor layout
+                tensors["log_prior"] = self.log_prior.contiguous()
+            save_file(tensors, str(tmp / WEIGHTS_FILE))
             meta = {"format": FORMAT, "version": FORMAT_VERSION, "config": asdict(self.config)}
             if extra:
                 meta.update(extra)
@@ -364,13 +401,16 @@ class RVQCodec:
             raise CodecError(f"cannot read codec weights {w_path}: {exc}") from exc
         want = {"codebooks": (config.num_codebooks, config.codebook_size, config.feature_dim),
                 "mean": (config.feature_dim,), "std": (config.feature_dim,)}
+        if config.rate_lambda > 0:
+            want["log_prior"] = (config.num_codebooks, config.codebook_size)
         for key, shape in want.items():
             if key not in tensors:
                 raise CodecError(f"{w_path}: tensor {key!r} missing")
             if tuple(tensors[key].shape) != shape:
                 raise CodecError(f"{w_path}: tensor {key!r} has shape {tuple(tensors[key].shape)}, "
                                  f"config says {shape}")
-        return cls(config, tensors["codebooks"].float(), tensors["mean"].float(), tensors["std"].float())
+        lp = tensors["log_prior"].float() if "log_prior" in want else None
+        return cls(config, tensors["codebooks"].float(), tensors["mean"].float(), tensors["std"].float(), lp)
 
 
 def griffin_lim(mag: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor, iters: int, momentum: float,
