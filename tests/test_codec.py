@@ -132,3 +132,45 @@ def test_bad_inputs(codec):
         codec.encode(np.zeros((2, 1280), np.float32))
     with pytest.raises(CodecError, match="sub-frames"):
         RVQCodec(CodecConfig(subframes=3))
+
+
+def _level_entropy(codes: torch.Tensor, k: int) -> np.ndarray:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("sweep", Path(__file__).parents[1] / "scripts" / "codec_rate_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ent, top1 = mod.level_stats(codes.numpy(), k)
+    assert all(0 <= t <= 1 for t in top1) and all(0 <= e <= np.log(k) + 1e-9 for e in ent)
+    return np.array(ent)
+
+
+def test_entropy_constrained_codec_skews_deep_levels(codec, audios, tmp_path):
+    """rate_lambda > 0: the deep levels settle on a few frequent codes (lower entropy than plain
+    k-means, the first level about unchanged), encoding pays the stored log frequencies, and the
+    file round-trips; a lambda-0 codec is the control."""
+    from dataclasses import replace
+
+    ec = RVQCodec(replace(CFG, rate_lambda=0.02)).fit(audios, torch.Generator().manual_seed(0), progress=False)
+    plain = torch.cat([codec.encode(a) for a in audios])  # (N, 6)
+    skew = torch.cat([ec.encode(a) for a in audios])  # (N, 6)
+    h_plain, h_skew = _level_entropy(plain, 8), _level_entropy(skew, 8)
+    assert h_skew[3:].mean() < 0.7 * h_plain[3:].mean(), (h_plain, h_skew)
+    assert abs(h_skew[0] - h_plain[0]) < 0.35, (h_plain, h_skew)
+    assert ec.log_prior.shape == (6, 8) and torch.allclose(ec.log_prior.exp().sum(1), torch.ones(6), atol=1e-3)
+    # the rate term changes assignments: encoding the same codebooks without it gives other codes
+    no_rate = RVQCodec(replace(ec.config, rate_lambda=0.0), ec.codebooks, ec.mean, ec.std)
+    assert not torch.equal(no_rate.encode(audios[0]), ec.encode(audios[0]))
+    d = ec.save(tmp_path / "ec")
+    loaded = RVQCodec.load(d)
+    assert torch.equal(loaded.log_prior, ec.log_prior)
+    assert torch.equal(loaded.encode(audios[1]), ec.encode(audios[1]))
+    # a lambda > 0 codec file without its frequencies is refused by name
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(d / "codec.safetensors"))
+    del t["log_prior"]
+    save_file(t, str(d / "codec.safetensors"))
+    with pytest.raises(CodecError, match="log_prior"):
+        RVQCodec.load(d)

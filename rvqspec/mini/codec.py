@@ -7,7 +7,15 @@ the code predictor). The mini codec keeps that shape with no neural network:
   stacked into one vector of `subframes * n_mels` values per frame, standardized per dimension;
 - quantization: residual vector quantization. Codebook q is k-means (k-means++ init) fitted to the
   residual left by codebooks 0..q-1, so codebook 0 carries the coarse spectral shape and each later
-  codebook carries less (the depth structure that seed 000's position-aware drafting exploits);
+  codebook carries less (the depth structure that seed 000's position-aware drafting exploits).
+  With `rate_lambda > 0` the k-means is entropy-constrained: a code costs its squared error plus
+  lambda * -log(its frequency). Plain residual k-means uses every code of every level about equally
+  (balanced clusters), so a deep code is close to a uniform draw over 256 values that no model can
+  anticipate; a learned codec's deep levels are skewed towards a few frequent refinements. The rate
+  term gives the mini codec that shape: early levels stay rich, deep ones mostly take a few small
+  corrections. The default stays 0: the skew makes the per-level entropy FALL with depth, the
+  opposite of the depth structure the mini world is asked to show (`scripts/codec_rate_sweep.py`
+  measures both sides; docs/design.md has the figures);
 - synthesis: mel -> linear magnitude by the pseudo-inverse of our own mel filterbank, sub-frames
   interpolated to a finer hop, then Griffin-Lim with torch.stft / torch.istft (no torchaudio).
 
