@@ -558,7 +558,7 @@ SPLITS: dict[str, str] = {
 class CorpusConfig:
     """How many sentences each split gets (per language where the split is multilingual)."""
 
-    model_train_per_language: int = 1500
+    model_train_per_language: int = 3000
     train: int = 1000
     validation: int = 150
     calibration: int = 150
