@@ -9,6 +9,7 @@ from rvqspec.mini.paths import DEFAULT_DATA_DIR, DEFAULT_RUNS_DIR
 
 mini_app = typer.Typer(help="The embedded mini world: synthetic speech corpus, RVQ codec, recognizer, model.",
                        no_args_is_help=True)
+_THREADS = typer.Option(1, "--threads", help="torch threads (0: torch's default).")  # build and evaluate
 
 
 @mini_app.command("build")
@@ -18,7 +19,7 @@ def build_command(
     runs: Path = typer.Option(DEFAULT_RUNS_DIR, "--runs", help="Uncommitted artifacts (corpus with audio)."),
     steps: str = typer.Option("corpus,codec,recognizer,model", "--steps",
                               help="Comma-separated steps, run in dependency order."),
-    threads: int = typer.Option(1, "--threads", help="torch threads (0: torch's default)."),
+    threads: int = _THREADS,
     reuse_codec: bool = typer.Option(False, "--reuse-codec",
                                      help="Codec step: keep the fitted codec in <out>/codec if its config matches."),
 ) -> None:
@@ -79,7 +80,7 @@ def evaluate_command(
     seeds: int = typer.Option(1, "--seeds", help="Seeds per sentence."),
     out: Path = typer.Option(None, "--out", help="Write the JSON and the depth-entropy plot (HTML) here."),
     as_json: bool = typer.Option(False, "--json"),
-    threads: int = typer.Option(1, "--threads", help="torch threads (0: torch's default)."),
+    threads: int = _THREADS,
 ) -> None:
     """Intelligibility (CER/WER by the recognizer) of free-running AR synthesis per language, and the
     code predictor's entropy per codebook (the RVQ depth structure)."""

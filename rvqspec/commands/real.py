@@ -105,7 +105,7 @@ def train_offsets_cmd(
 
     from rvqspec.checkpoint import load_qwen3_tts
     from rvqspec.drafters import make_drafter
-    from rvqspec.scale import DistTrainConfig, train_offsets_distributed, write_json_atomic
+    from rvqspec.scale import DistTrainConfig, finish_distributed, train_offsets_distributed, write_json_atomic
 
     torch.set_num_threads(threads)
     from accelerate import Accelerator
@@ -125,8 +125,6 @@ def train_offsets_cmd(
                 "parameters": drafter.num_parameters}
         write_json_atomic(out.with_suffix(".json"), {**info, "losses": losses})
         typer.echo(json.dumps(info, indent=2))
-    from rvqspec.scale import finish_distributed
-
     finish_distributed()  # why: its docstring (a rank could abort in C++ at interpreter exit)
 
 

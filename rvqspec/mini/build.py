@@ -201,7 +201,7 @@ def step_recognizer(paths: MiniPaths, cfg: BuildConfig) -> dict:
 
 def step_model(paths: MiniPaths, cfg: BuildConfig) -> dict:
     train_mini_model = _import_step("rvqspec.mini.talker_train", "train_mini_model")
-    config_cls = importlib.import_module("rvqspec.mini.talker_train").MiniModelConfig
+    config_cls = _import_step("rvqspec.mini.talker_train", "MiniModelConfig")
     config = config_cls.toy() if cfg.toy else config_cls()
     result = train_mini_model(paths.corpus, paths.codec, paths.model, toy=cfg.toy, config=config)
     # the whole recipe, as the other steps record theirs (the model's mini_model.json holds the same)

@@ -25,7 +25,6 @@ from tqdm.auto import tqdm
 from rvqspec.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
 from rvqspec.model import CodeDecoder, MultiCodeDecoder
 
-MINI_SPLIT = "model_train"
 NUM_SPECIAL_CODEC_TOKENS = 8  # pad, bos, eos, think, nothink, think_bos, think_eos, spare
 
 
