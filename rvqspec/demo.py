@@ -56,6 +56,10 @@ class DemoConfig:
     wer_seeds: tuple[int, ...] = (0, 1)
     ab_languages: tuple[str, ...] = ("en", "de", "ja")
     ab_seeds: tuple[int, ...] = (0,)
+    # model-scale lossless check (rvqspec.lossless): frames of the main decoder on one eval context,
+    # against the exact AR law and as many AR frames; the wrong-rule controls get fewer frames
+    lossless_frames: int = 3000
+    lossless_control_frames: int = 1000
     # 1 thread: these models are small enough that Python overhead dominates each call, and two
     # torch threads on a busy 2-core machine ran extraction 10x slower than one (measured)
     threads: int = 1
@@ -68,6 +72,7 @@ class DemoConfig:
         base = dict(train_utterances=24, validation_utterances=6, train_steps=30, calibration_utterances=8,
                     eval_utterances=3, budgets=(4, 16), default_N=16, profile_calls=20, wer_utterances=1,
                     wer_seeds=(0,), ab_languages=("en",), drafters=("reused", "offsets"), mode="quick",
+                    lossless_frames=400, lossless_control_frames=200,
                     languages=("en", "de"))
         base.update(kw)
         return cls(**base)
@@ -270,8 +275,6 @@ def _train_key(d: Demo, name: str) -> dict:
 
 
 def step_train(d: Demo) -> dict:
-    import torch
-
     from rvqspec.drafters import code_predictor_parameters, load_drafter, make_drafter
     from rvqspec.extract import ShardDataset
     from rvqspec.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
@@ -483,6 +486,31 @@ def step_ab(d: Demo) -> dict:
     return {"ab": out}
 
 
+def step_lossless(d: Demo) -> dict:
+    """The main decoder on one English eval frame context: its codes against the exact AR law of
+    (c1, c2) and c3 and against AR frames for every code; the always-accept and full-p rules must fail."""
+    from rvqspec.lossless import LosslessConfig, lossless_report
+    from rvqspec.spec import SpeculativeCodePredictor
+
+    cfg = d.config
+    cp = d.tts().code_predictor
+    spec = d.spec()
+    rows = d.rows("eval", "en", 1)
+    (th, codes), = d.utterances(rows)  # talker_hidden (T, E), codes (T, 16) of one eval utterance
+    t = th.shape[0] // 2  # a mid-utterance frame (speech, not the leading silence)
+    context = (th[t].view(1, 1, -1), codes[t, :1].view(1, 1))
+    controls = {c: SpeculativeCodePredictor(cp, spec.drafter, spec.tree, rule="walk", _control=c)
+                for c in ("always_accept", "full_p")}
+    rep = lossless_report(cp, spec, [context], config=LosslessConfig(frames=cfg.lossless_frames, seed=cfg.seed),
+                          controls=controls, control_frames=cfg.lossless_control_frames, progress=False)
+    rep.update(drafter=cfg.main_drafter, N=d.main_n())
+    dec = rep["contexts"][0]["decoder"]
+    failed = [k for k, v in rep["contexts"][0].items() if k.startswith("control_") and not v["passed"]]
+    note = (f"{cfg.lossless_frames} frames: {'passed' if dec['passed'] else 'FAILED'} (min p {dec['min_p']:.3g}, "
+            f"threshold {dec['threshold']:.2g}); controls failing as they must: {', '.join(failed) or 'none'}")
+    return {"lossless": rep, "_step": {"note": note}}
+
+
 STEPS = [
     Step("extract", step_extract),
     Step("train", step_train, needs=("extract",)),
@@ -491,6 +519,7 @@ STEPS = [
     Step("profile", step_profile, needs=("trees",)),
     Step("wer", step_wer, needs=("trees",)),
     Step("ab", step_ab, needs=("trees",)),
+    Step("lossless", step_lossless, needs=("trees",)),
 ]
 
 

@@ -18,6 +18,7 @@ Results layout (each key optional; a missing or 'not available' step shows as a 
     train:      {loss: [...], val_loss: [...]}
     trees:      {drafter: {N: paths}}
     ab:         [{text, language, seed, ar: {wav, tokens_per_call, wer, cer, hypothesis}, spec: {...}}]
+    lossless:   rvqspec.lossless.lossless_report output: {contexts: [{decoder: {...}, control_*: {...}}]}
 """
 from __future__ import annotations
 
@@ -134,6 +135,40 @@ def speedup_figure(profile: dict) -> go.Figure:
     return fig
 
 
+def lossless_figure(lossless: dict, context: int = 0) -> go.Figure:
+    """-log10 p of every test of one context (rvqspec.lossless): the decoder and each negative
+    control, with the pass threshold; a run fails where its marker is above the line."""
+    ctx = lossless["contexts"][context]
+    fig = go.Figure()
+    for name, run in ctx.items():
+        if not isinstance(run, dict) or "tests" not in run:
+            continue
+        tests = list(run["tests"])
+        y = [min(-np.log10(max(run["tests"][t]["p"], 1e-300)), 300.0) for t in tests]
+        label = "decoder" if name == "decoder" else name.replace("control_", "control: ")
+        fig.add_trace(go.Scatter(x=tests, y=y, mode="markers", name=f"{label} ({run['frames']} frames)",
+                                 marker=dict(size=9, symbol="circle" if name == "decoder" else "x")))
+    thr = ctx["decoder"]["threshold"]
+    fig.add_hline(y=-np.log10(thr), line=dict(color="#e45756", dash="dot"), annotation_text=f"fail above (p < {thr:.2g})")
+    fig.update_layout(title="Lossless check: speculative codes against the exact AR law and AR frames",
+                      yaxis=dict(title="-log10 p", type="log"), height=380, margin=dict(l=50, r=20, t=50, b=80),
+                      legend=dict(orientation="h", y=-0.35))
+    return fig
+
+
+def lossless_rows(lossless: dict) -> list[dict]:
+    rows = []
+    for i, ctx in enumerate(lossless["contexts"]):
+        for name, run in ctx.items():
+            if isinstance(run, dict) and "tests" in run:
+                rows.append({"context": i, "run": name, "frames": run["frames"], "tokens_per_call": run["tokens_per_call"],
+                             # scientific notation: fixed-point digits would print 1e-120 as 0.0000
+                             "min_p": f"{run['min_p']:.3g}", "threshold": f"{run['threshold']:.3g}",
+                             "impossible": run["impossible"],
+                             "verdict": "pass" if run["passed"] else "FAIL"})
+    return rows
+
+
 def latency_figure(profile: dict) -> go.Figure:
     N = profile["budgets"]
     fig = go.Figure(go.Scatter(x=N, y=profile["verify_ms"], mode="lines+markers", name="verify call (q = N + 1)"))
@@ -242,6 +277,25 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
                                         "noise.", table_id="table3", digits={"audio_min": 2}))
     else:
         parts.append(_unavailable(results, "wer", "per-language WER parity"))
+    parts.append("</section>")
+
+    # lossless check at model scale
+    parts.append("<section id='lossless'><h2>Lossless check on the mini model</h2>")
+    if results.get("lossless"):
+        ll = results["lossless"]
+        parts.append(table_html(lossless_rows(ll), [("context", "context"), ("run", "run"), ("frames", "frames"),
+                                                     ("tokens_per_call", "toks/step"), ("min_p", "min p"),
+                                                     ("threshold", "threshold"), ("impossible", "p = 0 cells hit"),
+                                                     ("verdict", "verdict")],
+                                caption="The speculative decoder's codes for one frame context against the exact AR "
+                                        "law of (c1, c2) and of c3 (enumerated) and against as many AR frames for "
+                                        "every code c1..c15 (two-sample chi-square). A run passes when every p is "
+                                        "at least the threshold (1e-6 over the number of tests) and no code of "
+                                        "probability 0 appears. The controls use deliberately wrong acceptance "
+                                        "rules and must fail.", table_id="lossless-table"))
+        parts.append(figure_html(lossless_figure(ll), "fig-lossless"))
+    else:
+        parts.append(_unavailable(results, "lossless", "lossless check"))
     parts.append("</section>")
 
     # Figure 4 and latency

@@ -135,13 +135,9 @@ def test_bad_inputs(codec):
 
 
 def _level_entropy(codes: torch.Tensor, k: int) -> np.ndarray:
-    import importlib.util
-    from pathlib import Path
+    from _scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("sweep", Path(__file__).parents[1] / "scripts" / "codec_rate_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    ent, top1 = mod.level_stats(codes.numpy(), k)
+    ent, top1 = load_script("codec_rate_sweep").level_stats(codes.numpy(), k)
     assert all(0 <= t <= 1 for t in top1) and all(0 <= e <= np.log(k) + 1e-9 for e in ent)
     return np.array(ent)
 

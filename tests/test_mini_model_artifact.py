@@ -3,7 +3,6 @@ config, and its code stream has RVQ depth structure (issue 3)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch

@@ -14,7 +14,6 @@ has a cell tagged `parameters`, and records its results in its last cell.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -36,7 +35,7 @@ EXTRA = {
     "03_grow_tree": dict(budgets=[2, 4, 8]),
     "04_tree_mask_explorer": dict(budgets=[4, 8], node=3),
     "05_device_profiling": dict(budgets=[2, 4, 8], profile_calls=8),
-    "06_listening_ab": dict(n_sentences=1, seeds=[0, 1], simulate=True),
+    "06_listening_ab": dict(n_sentences=1, seeds=[0, 1], simulate=True, lossless_frames=300),
     "07_spade": dict(wli_texts=1, distill_steps=4),
 }
 MAX_TOKENS_PER_CALL = 3.0  # 15 codes over >= 1 prefill + 4 rounds of at most K + 1 = 4 codes
@@ -44,10 +43,9 @@ MAX_WER = 1.5              # error rates are >= 0; above 1 only through insertio
 
 
 def _strip_module():
-    spec = importlib.util.spec_from_file_location("strip_notebooks", ROOT / "scripts" / "strip_notebooks.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from _scripts import load_script
+
+    return load_script("strip_notebooks")
 
 
 def _committed_notebooks() -> list[Path]:
@@ -246,6 +244,10 @@ def test_06_listening_ab(world):
 
     saved = json.loads(Path(r["choices_file"]).read_text())
     assert len(saved["picks"]) == r["pairs"] and saved["summary"] == b
+    # the lossless check: a correct decoder fails it with probability <= 1e-6 (Bonferroni over its
+    # 17 tests); always-accept sends c2 to one drafted code, which 100 frames detect without fail
+    assert r["lossless_passed"] and r["lossless_min_p"] >= r["lossless_threshold"]
+    assert "always_accept" in r["lossless_controls_failed"]
 
 
 @pytest.mark.slow

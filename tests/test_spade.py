@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
-from rvqspec.checkpoint import Qwen3TTS, load_qwen3_tts
+from rvqspec.checkpoint import load_qwen3_tts
 from rvqspec.mini.talker_train import MiniModelConfig, model_config
 from rvqspec.model import CodeDecoder, MultiCodeDecoder, causal_mask
 from rvqspec.spade.distill import (DistillConfig, distill, distill_losses, kd_terms, save_student, skew_kl,

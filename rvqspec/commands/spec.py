@@ -235,3 +235,62 @@ def register(app: typer.Typer) -> None:
         if full_size:
             result["full_size"] = bench_full_size(tpc, threads=threads, compiled=compiled)
         _emit(result, as_json, out)
+
+    @bench_app.command("lossless")
+    def bench_lossless_cmd(
+        model_dir: Path = typer.Option(..., help="Checkpoint directory."),
+        drafter: Path = typer.Option(..., help="Drafter .safetensors (its drafts are what gets verified)."),
+        tree: Optional[Path] = typer.Option(None, help="Tree JSON; default: the --budget tree of --acceptance-json."),
+        acceptance_json: Optional[Path] = typer.Option(None, help="`bench acceptance` output holding the tree."),
+        drafter_name: str = typer.Option(_D.kind, help="Drafter entry of the acceptance JSON."),
+        budget: int = typer.Option(_D.budget, help="N of the tree taken from --acceptance-json."),
+        contexts: int = typer.Option(2, help="Frame contexts (talker hidden, c0), evenly spaced over the split."),
+        frames: Optional[int] = typer.Option(None, help="Speculative (and AR) frames per context "
+                                             "(default: LosslessConfig.frames)."),
+        control_frames: int = typer.Option(5000, help="Frames per negative control and context (0: no controls)."),
+        frames_fn: str = typer.Option(_D.frames_fn, help="module:function for the contexts."),
+        split: str = typer.Option("eval"),
+        language: str = typer.Option("en"),
+        seed: int = typer.Option(_D.seed),
+        threads: Optional[int] = typer.Option(1, help="torch threads."),
+        as_json: bool = typer.Option(False, "--json"),
+        out: Optional[Path] = typer.Option(None),
+    ) -> None:
+        """Lossless check on a trained model: exact AR law of (c1, c2) and c3, and every code's marginal
+        against AR frames, for the deployed sampling; negative controls must fail (rvqspec.lossless)."""
+        import torch
+
+        from rvqspec.bench_spec import frames_for_timing
+        from rvqspec.drafters import load_drafter
+        from rvqspec.lossless import LosslessConfig, lossless_report
+        from rvqspec.spec import SpeculativeCodePredictor
+        from rvqspec.tree import SparseTree
+
+        if threads:
+            torch.set_num_threads(threads)
+        config = LosslessConfig(seed=seed) if frames is None else LosslessConfig(frames=frames, seed=seed)
+        if contexts < 1 or config.frames < 1 or control_frames < 0:
+            raise typer.BadParameter(f"need contexts >= 1, frames >= 1, control_frames >= 0; got {contexts}, "
+                                     f"{config.frames}, {control_frames}")
+        cp = _load_cp(model_dir)
+        d = load_drafter(drafter, cp)
+        if tree is not None:
+            t = SparseTree.load(tree)
+        elif acceptance_json is not None:
+            entry = json.loads(acceptance_json.read_text())["drafters"].get(drafter_name)
+            if entry is None or str(budget) not in entry["trees"]:
+                raise typer.BadParameter(f"{acceptance_json}: no tree for drafter {drafter_name!r} at N={budget}")
+            t = SparseTree(entry["trees"][str(budget)])
+        else:
+            raise typer.BadParameter("give --tree or --acceptance-json")
+        pool = frames_for_timing(_frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language,
+                                                       max_utterances=None), 40 * contexts)
+        picks = [pool[(2 * i + 1) * len(pool) // (2 * contexts)] for i in range(contexts)]
+        spec = SpeculativeCodePredictor(cp, d, t)
+        controls = {} if control_frames == 0 else {
+            c: SpeculativeCodePredictor(cp, d, t, rule="walk", _control=c) for c in ("always_accept", "full_p")}
+        result = lossless_report(cp, spec, picks, config=config,
+                                 controls=controls, control_frames=control_frames or None)
+        result.update(model_dir=str(model_dir), drafter=str(drafter), tree=[list(p) for p in t.paths],
+                      split=split, language=language)
+        _emit(result, as_json, out)

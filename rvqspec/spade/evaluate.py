@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
@@ -185,7 +185,6 @@ def timing_benchmark(pipelines: dict, texts: Sequence[str], language: str = "en"
     Frames per text are the same for every variant (the text stream is frame-aligned)."""
     from tqdm.auto import tqdm
 
-    runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in pipelines}
     for name, (tts, inner) in pipelines.items():  # warm-up
         tts.synthesize(texts[0], language, seed=seed, inner=TimedInner(inner or tts.code_predictor), decode=False)
     bar = tqdm(total=reps * len(texts) * len(pipelines), desc="latency (interleaved)", disable=not progress)
@@ -484,7 +483,6 @@ def projection_table(proj: dict) -> str:
 
 def results_figure(rows: Sequence[dict]):
     """WER/CER and RTF per variant (bars)."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     names = [r["name"] for r in rows]

@@ -150,7 +150,6 @@ def layer_importance(tts, corpus_dir: str | Path, recognizer, config: Importance
 
 def importance_figure(result: dict):
     """Plotly figure: WLI (WER and CER increase, %) and cosine importance per layer, side by side."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     w, c = result["wli"], result["cosine"]
