@@ -56,8 +56,8 @@ class DemoConfig:
     wer_seeds: tuple[int, ...] = (0, 1)
     ab_languages: tuple[str, ...] = ("en", "de", "ja")
     ab_seeds: tuple[int, ...] = (0,)
-    # model-scale lossless check (rvqspec.lossless): frames of the main decoder on one eval context,
-    # against the exact AR law and as many AR frames; the wrong-rule controls get fewer frames
+    # model-scale lossless check (rvqspec.lossless): frames of the main drafter's decoder on one eval
+    # context, against the exact AR law and as many AR frames, and frames of each wrong-rule control
     lossless_frames: int = 3000
     lossless_control_frames: int = 5000  # the full-p control needs them: its bias is small at N = 16
     lossless_N: int = 16  # a wide tree: more drafts per round, so the full-p control's bias shows
@@ -509,11 +509,11 @@ def step_lossless(d: Demo) -> dict:
     rep.update(drafter=cfg.main_drafter, N=n)
     ctx = rep["contexts"][0]
     dec = ctx["decoder"]
-    controls = ", ".join(f"{k[len('control_'):]} {'failed' if not v['passed'] else 'NOT detected'}"
+    verdicts = ", ".join(f"{k[len('control_'):]} {'failed' if not v['passed'] else 'NOT detected'}"
                          for k, v in ctx.items() if k.startswith("control_"))
     note = (f"N={n}, {cfg.lossless_frames} frames: {'passed' if dec['passed'] else 'FAILED'} (min p "
             f"{dec['min_p']:.3g}, threshold {dec['threshold']:.2g}); controls ({cfg.lossless_control_frames} "
-            f"frames, must fail): {controls}")
+            f"frames, must fail): {verdicts}")
     return {"lossless": rep, "_step": {"note": note}}
 
 

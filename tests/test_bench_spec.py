@@ -108,6 +108,17 @@ def test_cli_pipeline(ckpt, tmp_path):
         "--frames", "4", "--no-full-size", "--json", "--out", tmp_path / "spec.json"])
     s = json.loads((tmp_path / "spec.json").read_text())
     assert s["mini"]["frames"] == 4
+    ok(["bench", "lossless", "--model-dir", ckpt, "--drafter", tmp_path / "d.safetensors", "--acceptance-json",
+        tmp_path / "acc_bench.json", "--drafter-name", "offsets", "--budget", "4", "--frames-fn", fn,
+        "--contexts", "2", "--frames", "30", "--control-frames", "20", "--json", "--out", tmp_path / "ll.json"])
+    ll = json.loads((tmp_path / "ll.json").read_text())
+    assert len(ll["contexts"]) == 2 and len(ll["tree"]) == 4
+    assert set(ll["contexts"][0]) == {"c0", "decoder", "control_always_accept", "control_full_p"}
+    assert ll["contexts"][1]["decoder"]["frames"] == 30 and ll["contexts"][1]["control_full_p"]["frames"] == 20
+    bad = runner.invoke(app, ["bench", "lossless", "--model-dir", str(ckpt), "--drafter", str(tmp_path / "d.safetensors"),
+                              "--acceptance-json", str(tmp_path / "acc_bench.json"), "--budget", "7"])
+    flat = " ".join(bad.output.replace("│", " ").split())  # rich wraps the message in a box
+    assert bad.exit_code != 0 and "no tree for drafter 'offsets' at N=7" in flat, bad.output
     bad = runner.invoke(app, ["spec", "extract", "--model-dir", str(ckpt), "--out", str(tmp_path / "x"),
                               "--frames-fn", "nomodule"])
     assert bad.exit_code != 0 and "module:function" in bad.output

@@ -285,6 +285,8 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("give --tree or --acceptance-json")
         pool = frames_for_timing(_frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language,
                                                        max_utterances=None), 40 * contexts)
+        if not pool:
+            raise typer.BadParameter(f"--frames-fn {frames_fn} gave no frames for split {split!r}, language {language!r}")
         picks = [pool[(2 * i + 1) * len(pool) // (2 * contexts)] for i in range(contexts)]
         spec = SpeculativeCodePredictor(cp, d, t)
         controls = {} if control_frames == 0 else {
