@@ -1,11 +1,31 @@
-"""Reading a JSON file whose failure must name the file: one helper for every loader of the
-project's small JSON artifacts (shard and artifact manifests, trees, acceptance tables, profiles)."""
+"""The project's small JSON artifacts (shard and artifact manifests, trees, acceptance tables,
+profiles, benchmark results): reading one so that a failure names the file, and writing one so
+that a crash never leaves half a file behind."""
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, **dumps: Any) -> Path:
+    """Write `json.dumps(obj, **dumps)` plus a newline to `path` through a temporary file in the
+    same directory and one `os.replace`: readers see the old file or the whole new one. Creates the
+    parent directory; the file gets mode 0644 (mkstemp's 0600 would hide committed artifacts)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(obj, **dumps) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def read_json(path: str | os.PathLike, error: type[Exception], missing: str) -> Any:

@@ -163,9 +163,10 @@ def is_done(out: Path, u: int) -> bool:
 
 
 def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    """Markers and merged results of the distributed jobs (sorted keys: ranks write them alike)."""
+    from rvqspec.jsonfile import write_json_atomic as write
+
+    write(path, obj, indent=1, sort_keys=True)
 
 
 def run_units(out_dir: str | os.PathLike, n_units: int, work: Callable[[int, Path], dict], topo: Topology,

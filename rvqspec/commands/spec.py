@@ -59,10 +59,11 @@ def _frames_fn(spec: Optional[str]):
 
 
 def _emit(result: dict, as_json: bool, out: Optional[Path]) -> None:
+    from rvqspec.jsonfile import write_json_atomic
+
     text = json.dumps(result, indent=1, default=str)
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
+        write_json_atomic(out, result, indent=1, default=str)
     typer.echo(text if as_json else json.dumps(result, indent=1, default=str)[:4000])
 
 

@@ -18,7 +18,6 @@ import hashlib
 import importlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -93,13 +92,9 @@ def artifact_table(data_dir: Path) -> dict[str, dict]:
 
 
 def _write_json_atomic(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; the manifest is committed
-    os.replace(tmp, path)
+    from rvqspec.jsonfile import write_json_atomic
+
+    write_json_atomic(path, payload, indent=2, ensure_ascii=False)
 
 
 def read_manifest(data_dir: str | os.PathLike) -> dict:

@@ -500,10 +500,7 @@ def results_figure(rows: Sequence[dict]):
 
 
 def write_json(obj, path: str | Path) -> Path:
-    """Write JSON via a temporary file and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=float) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Write JSON via a temporary file and an atomic rename (numpy scalars as floats)."""
+    from rvqspec.jsonfile import write_json_atomic
+
+    return write_json_atomic(path, obj, indent=2, default=float)
