@@ -149,9 +149,15 @@ def lossless_figure(lossless: dict, context: int = 0) -> go.Figure:
         fig.add_trace(go.Scatter(x=tests, y=y, mode="markers", name=f"{label} ({run['frames']} frames)",
                                  marker=dict(size=9, symbol="circle" if name == "decoder" else "x")))
     thr = ctx["decoder"]["threshold"]
-    fig.add_hline(y=-np.log10(thr), line=dict(color="#e45756", dash="dot"), annotation_text=f"fail above (p < {thr:.2g})")
+    line = -np.log10(thr)
+    fig.add_hline(y=line, line=dict(color="#e45756", dash="dot"))
+    # placed by hand: add_hline's annotation takes y as log10 on a log axis and lands off the chart
+    fig.add_annotation(x=1, xref="paper", y=np.log10(line), yref="y", text=f"fail above (p < {thr:.2g})",
+                       showarrow=False, xanchor="right", yanchor="bottom", font=dict(color="#e45756"))
     fig.update_layout(title="Lossless check: speculative codes against the exact AR law and AR frames",
-                      yaxis=dict(title="-log10 p", type="log"), height=380, margin=dict(l=50, r=20, t=50, b=80),
+                      # log axis range in decades: 0.005 .. 400 (-log10 p is capped at 300 above)
+                      yaxis=dict(title="-log10 p", type="log", range=[-2.3, 2.6]), height=380,
+                      margin=dict(l=50, r=20, t=50, b=80),
                       legend=dict(orientation="h", y=-0.35))
     return fig
 
