@@ -42,7 +42,7 @@ class DemoConfig:
     out: str = "report"                       # index.html, results.json, audio/
     work: str = "runs/demo"                   # shards and trained drafters (git-ignored)
     languages: tuple[str, ...] = ("en", "de", "es", "ru", "ja", "zh")
-    drafters: tuple[str, ...] = ("reused", "offsets", "medusa")  # seed Table 2 rows (i)-(iii)
+    drafters: tuple[str, ...] = ("reused", "offsets", "shared_low_rank", "medusa")  # seed Table 2 (i)-(iii) + ours
     main_drafter: str = "offsets"             # the seed's method (iii)
     train_utterances: int = 400               # English train split (offsets are English-only, §2.2)
     validation_utterances: int = 40
@@ -432,7 +432,8 @@ def _table2(d: Demo) -> list[dict]:
     per = d.state.get("per_language_tpc", {})
     en = per.get("en") or next(iter(per.values()), {})
     labels = {"reused": "(i) reused LM heads", "medusa": "(ii) Medusa heads", "offsets": "(iii) position offsets (ours)",
-              "per_position": "(iv) per-position offsets", "low_rank": "(v) low-rank offsets"}
+              "per_position": "(iv) per-position offsets", "low_rank": "(v) low-rank offsets",
+              "shared_low_rank": "(v') shared offsets + rank-1 map"}
     params = d.results.get("train", {}).get("code_predictor_params") or 1
     rows = []
     for name in d.state.get("drafters", {}):

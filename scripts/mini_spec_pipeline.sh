@@ -11,7 +11,7 @@ RV=${RVQSPEC:-.venv/bin/rvqspec}
 mkdir -p "$R" "$D/drafters" "$D/trees" "$D/bench"
 $RV spec extract --model-dir "$M" --out "$R/tf_train" --split train --language en --source teacher_forced
 $RV spec extract --model-dir "$M" --out "$R/fr_calib" --split calibration --language en --source free_running --seed 0
-for k in offsets per_position low_rank medusa; do
+for k in offsets per_position low_rank medusa shared_low_rank; do
   $RV spec train --model-dir "$M" --shards "$R/tf_train" --kind $k --out "$D/drafters/$k.safetensors" --loss-out "$R/loss_$k.json"
 done
 $RV spec calibrate --model-dir "$M" --shards "$R/fr_calib" --out "$D/trees/acceptance_reused.json"

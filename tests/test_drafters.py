@@ -9,10 +9,11 @@ import torch.nn.functional as F
 from _tiny_cp import randomize_drafter, tiny_code_predictor
 from rvqspec.config import CodePredictorConfig
 from rvqspec.drafters import (DrafterError, LowRankOffsets, MedusaHeads, PerPositionOffsets, PositionOffsets,
+                              SharedLowRankOffsets,
                               code_predictor_parameters, load_drafter, make_drafter)
 from rvqspec.model import MultiCodeDecoder
 
-KINDS = ["reused", "offsets", "per_position", "low_rank", "medusa"]
+KINDS = ["reused", "offsets", "per_position", "low_rank", "shared_low_rank", "medusa"]
 
 
 @pytest.fixture(scope="module")
@@ -70,16 +71,18 @@ def test_parameter_counts_full_size():
         off = PositionOffsets(3, cfg.hidden_size, cfg.vocab_size)
         per = PerPositionOffsets(3, cfg.hidden_size, cfg.vocab_size)
         low = LowRankOffsets(3, cfg.hidden_size, cfg.vocab_size, rank=8)
+        shared = SharedLowRankOffsets(3, cfg.hidden_size, cfg.vocab_size)
         med = MedusaHeads(3, cfg.hidden_size, cfg.vocab_size)
     assert off.num_parameters == 3072
     assert per.num_parameters == 15 * 3 * 1024
     assert low.num_parameters == 15 * 3 * 1024 + 2 * 3 * 8 * 1024
     assert low.num_parameters / n_cp < 1e-3
+    assert shared.num_parameters == 3 * 1024 * (1 + 2 * 1) and shared.num_parameters / n_cp < 1e-4
     assert len(med.heads) == 45
     assert med.num_parameters > 0.5 * n_cp  # Medusa heads cost a large fraction of the model (seed Table 2)
 
 
-@pytest.mark.parametrize("kind", ["offsets", "low_rank"])
+@pytest.mark.parametrize("kind", ["offsets", "low_rank", "shared_low_rank"])
 def test_training_lowers_heldout_loss(cp, kind):
     """On the tiny model's own free-running frames, training lowers held-out drafting loss vs init by > 0.5%
     (a constant offset on a random tiny model has little to learn; the mini world shows the real gain)."""

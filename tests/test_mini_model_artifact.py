@@ -60,3 +60,18 @@ def test_info_command_reads_mini_checkpoint():
     info = json.loads(res.output)
     text = json.dumps(info)
     assert "code_predictor" in text and "talker" in text
+
+
+def test_committed_table2_ordering():
+    """The recorded `rvqspec bench acceptance` (data/mini/bench/acceptance.json; English replay
+    tokens per call at N = 16): seed Table 2's ordering reused < offsets <= Medusa, the oracle above
+    every drafter, and ours (v') above (iii) and (iv) within the issue's 0.1% parameter budget."""
+    d = json.loads((default_data_dir() / "bench" / "acceptance.json").read_text())
+
+    def tpc(kind, key="replay_tokens_per_call"):
+        return d["drafters"][kind]["by_language"]["en"]["16"][key]
+
+    assert tpc("reused") < tpc("offsets") <= tpc("medusa")
+    assert all(tpc(k) <= tpc(k, "oracle_tokens_per_call") for k in d["drafters"])
+    assert tpc("shared_low_rank") > max(tpc("offsets"), tpc("per_position"))
+    assert d["drafters"]["shared_low_rank"]["added_percent"] < 0.1

@@ -27,7 +27,7 @@ TREES = {
     "wide": SparseTree([(0,), (1,), (2,), (3,), (0, 0), (0, 1), (1, 0), (2, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0),
                         (1, 0, 0)]),
 }
-KINDS = ["reused", "offsets", "per_position", "low_rank", "medusa"]
+KINDS = ["reused", "offsets", "per_position", "low_rank", "shared_low_rank", "medusa"]
 
 
 @pytest.fixture(scope="module")

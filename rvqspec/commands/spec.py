@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         model_dir: Path = typer.Option(..., help="Checkpoint directory."),
         shards: Path = typer.Option(..., help="Teacher-forced shard directory."),
         out: Path = typer.Option(..., help="Output drafter .safetensors."),
-        kind: str = typer.Option(_D.kind, help="offsets | per_position | low_rank | medusa."),
+        kind: str = typer.Option(_D.kind, help="offsets | per_position | low_rank | shared_low_rank | medusa."),
         epochs: Optional[int] = typer.Option(None, help="Epochs (default: DrafterTrainConfig)."),
         max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
         loss_out: Optional[Path] = typer.Option(None, help="Write the loss curve JSON here."),
