@@ -186,10 +186,13 @@ class LowRankOffsets(Drafter):
     def config(self) -> dict:
         return {"rank": self.rank}
 
-    def transform(self, hidden: torch.Tensor, p: int, j: int) -> torch.Tensor:
+    def low_rank(self, hidden: torch.Tensor, j: int) -> torch.Tensor:
+        """U_j (V_j^T h): hidden (..., H) -> (..., H)."""
         dt = hidden.dtype
-        low = (hidden @ self.down[j - 1].to(dt)) @ self.up[j - 1].to(dt)  # (..., H)
-        return hidden + self.offsets[p - 1, j - 1].to(dt) + low
+        return (hidden @ self.down[j - 1].to(dt)) @ self.up[j - 1].to(dt)
+
+    def transform(self, hidden: torch.Tensor, p: int, j: int) -> torch.Tensor:
+        return hidden + self.offsets[p - 1, j - 1].to(hidden.dtype) + self.low_rank(hidden, j)
 
 
 class SharedLowRankOffsets(LowRankOffsets):
@@ -203,9 +206,7 @@ class SharedLowRankOffsets(LowRankOffsets):
         self.offsets = nn.Parameter(torch.zeros(num_offsets, hidden_size))  # (K, H): shared over positions, as (iii)
 
     def transform(self, hidden: torch.Tensor, p: int, j: int) -> torch.Tensor:
-        dt = hidden.dtype
-        low = (hidden @ self.down[j - 1].to(dt)) @ self.up[j - 1].to(dt)  # (..., H)
-        return hidden + self.offsets[j - 1].to(dt) + low
+        return hidden + self.offsets[j - 1].to(hidden.dtype) + self.low_rank(hidden, j)
 
 
 class _ResBlock(nn.Module):

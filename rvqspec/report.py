@@ -163,6 +163,8 @@ def lossless_figure(lossless: dict, context: int = 0) -> go.Figure:
 
 
 def lossless_rows(lossless: dict) -> list[dict]:
+    """One table row per (context, run) of a `lossless_report`: frames, tokens per call, min p,
+    threshold, codes of probability 0 sampled, verdict."""
     rows = []
     for i, ctx in enumerate(lossless["contexts"]):
         for name, run in ctx.items():
