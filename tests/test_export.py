@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_cp import randomize_drafter, tiny_code_predictor  # noqa: E402
 
-from rvqspec.drafters import MedusaHeads, PositionOffsets  # noqa: E402
+from rvqspec.drafters import MedusaHeads, PositionOffsets, SharedLowRankOffsets  # noqa: E402
 from rvqspec.export.host import ar_frame, spec_frame, torch_call  # noqa: E402
 from rvqspec.export.wrappers import (HEAD_MODES, MASK_VALUE, ExportError, RoundGraph, ar_graph, fused_graph,  # noqa: E402
                                      offsets_from_drafter, padding_mask, psnr)
@@ -44,6 +44,12 @@ def cp():
 @pytest.fixture(scope="module")
 def drafter(cp):
     return randomize_drafter(PositionOffsets(3, 64, 64), seed=1, scale=2.0)
+
+
+@pytest.fixture(scope="module")
+def lr_drafter(cp):
+    """Drafter (v'): shared offsets plus a rank-2 map per lookahead, all non-zero."""
+    return randomize_drafter(SharedLowRankOffsets(3, 64, 64, rank=2), seed=2, scale=2.0)
 
 
 def eager(cp, graph: RoundGraph, inputs):
@@ -87,9 +93,11 @@ def test_ar_graph_matches_eager(cp, cache_length, heads):
     assert psnr(k, out[1]) > PSNR_FP32 and psnr(v, out[2]) > PSNR_FP32
 
 
+@pytest.mark.parametrize("kind", ["drafter", "lr_drafter"])
 @pytest.mark.parametrize("heads", HEAD_MODES)
 @pytest.mark.parametrize("cache_length", [1, 6, 13])
-def test_fused_graph_matches_eager_and_drafter(cp, drafter, cache_length, heads):
+def test_fused_graph_matches_eager_and_drafter(cp, request, kind, cache_length, heads):
+    drafter = request.getfixturevalue(kind)
     g = fused_graph(cp, TREE, drafter, heads=heads)
     x = g.example_inputs(cache_length, torch.Generator().manual_seed(10 + cache_length))
     hidden, logits, k, v = eager(cp, g, x)
@@ -173,8 +181,12 @@ def test_trace_is_static(cp, heads):
 def test_export_errors(cp):
     with pytest.raises(ExportError, match="non-empty tree"):
         fused_graph(cp, SparseTree([]))
-    with pytest.raises(ExportError, match="PositionOffsets"):
+    with pytest.raises(ExportError, match="only offsets and shared_low_rank drafters"):
         offsets_from_drafter(MedusaHeads(3, 64, 64), cp, 2)
+    with pytest.raises(ExportError, match="low-rank maps must have shapes"):
+        RoundGraph(cp, TREE, torch.zeros(3, 64), low_rank=(torch.zeros(3, 64, 2), torch.zeros(3, 3, 64)))
+    with pytest.raises(ExportError, match="AR step"):
+        RoundGraph(cp, None, None, low_rank=(torch.zeros(0, 64, 2), torch.zeros(0, 2, 64)))
     with pytest.raises(ExportError, match="exceeds the drafter's K=2"):
         fused_graph(cp, TREE, PositionOffsets(2, 64, 64))
     with pytest.raises(ExportError, match="cache_length must be in 0..16"):
@@ -235,6 +247,20 @@ def test_onnx_matches_torch(cp, drafter, onnx_export):
                 assert (ref["draft_tokens"] == got["draft_tokens"]).all()
 
 
+def test_onnx_low_rank_drafter_matches_torch(cp, lr_drafter, tmp_path):
+    """Drafter (v') through ONNX: its rank-2 maps are baked, and the draft tokens match torch."""
+    from rvqspec.export.onnx import OnnxGraph, export_onnx
+
+    res = export_onnx(cp, TREE, tmp_path / "lr", drafter=lr_drafter)
+    g = fused_graph(cp, TREE, lr_drafter)
+    for cl in (2, 8):
+        x = g.example_inputs(cl, torch.Generator().manual_seed(20 + cl))
+        feeds = {k: v.numpy() for k, v in zip(g.spec("fused").inputs, x)}
+        ref, got = torch_call(g)(feeds), OnnxGraph(res.fused)(feeds)
+        assert np.abs(ref["logits"] - got["logits"]).max() < ONNX_TOL
+        assert (ref["draft_tokens"] == got["draft_tokens"]).all()
+
+
 def test_onnx_frames_and_manifest(cp, drafter, onnx_export):
     from rvqspec.export.onnx import OnnxGraph
 
@@ -269,14 +295,16 @@ def test_onnx_export_is_atomic(cp, tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["exp"]           # no temporary leftovers
 
 
-def test_spec_frame_matches_speculative_code_predictor():
+@pytest.mark.parametrize("heads", HEAD_MODES)
+@pytest.mark.parametrize("kind", [PositionOffsets, SharedLowRankOffsets])
+def test_spec_frame_matches_speculative_code_predictor(kind, heads):
     """The exported round protocol and rvqspec.spec's eager decoder agree round by round: same
     greedy codes and the same number of calls per frame (same accepted lengths)."""
     from rvqspec.spec import SpeculativeCodePredictor
 
     cp = tiny_code_predictor(vocab=4, hidden=32, layers=2, seed=4, head_scale=10.0)
-    drafter = randomize_drafter(PositionOffsets(3, 32, 4), seed=5, scale=0.5)
-    f = fused_graph(cp, TREE, drafter)
+    drafter = randomize_drafter(kind(3, 32, 4), seed=5, scale=0.5)
+    f = fused_graph(cp, TREE, drafter, heads=heads)
     spec = SpeculativeCodePredictor(cp, drafter, TREE)
     g = torch.Generator().manual_seed(1)
     for _ in range(8):

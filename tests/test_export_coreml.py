@@ -170,3 +170,16 @@ def test_coreml_greedy_frames(cp, fp16):
         want = cp.generate_frame(th, torch.tensor([[c0]]), Sampling(do_sample=False))[0].tolist()
         same += ar_frame(call, a, cp, th, c0) == want
     assert same >= 3  # fp16 may flip a near-tie once
+
+
+def test_low_rank_drafter_converts(cp, tmp_path):
+    """Drafter (v')'s baked rank-1 maps convert to Core ML (fp16, both head modes) with the fused
+    graph's declared inputs and outputs; predictions need macOS (tests above)."""
+    from rvqspec.drafters import SharedLowRankOffsets
+
+    d = randomize_drafter(SharedLowRankOffsets(3, 128, 128, rank=1), seed=3, scale=2.0)
+    for heads in ("window", "all"):
+        res = export_coreml(cp, TREE, tmp_path / heads, quantize=None, drafter=d, heads=heads)
+        io = package_io(res.packages["fused"], res.functions["fused"])
+        spec = fused_graph(cp, TREE, d, heads=heads).spec("fused")
+        assert list(io["inputs"]) == list(spec.inputs) and list(io["outputs"]) == list(spec.outputs)

@@ -21,7 +21,7 @@ _TREE = typer.Option(..., "--tree", help="Tree JSON (rank paths) or a device pro
 _OUT = typer.Option(..., "--out", help="Output directory (built in a temporary sibling, then renamed).")
 _HEADS = typer.Option(_CML.heads, "--heads", help="LM head access in the graphs: window (gather the round's "
                                                  "heads) or all (15 heads + one-hot pick, no weight gather).")
-_DRAFTER = typer.Option(None, "--drafter", help="PositionOffsets drafter file (safetensors); "
+_DRAFTER = typer.Option(None, "--drafter", help="offsets or shared_low_rank drafter file (safetensors); "
                                                 "default zeros = reused LM heads.")
 
 

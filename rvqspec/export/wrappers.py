@@ -39,6 +39,9 @@ Drafts. ``draft_tokens`` (1, q, N) int32: row r = the next round's N tree-node t
 the last accepted one (top-R of LMH(h_r + b_j), picked by the tree's (depth, rank) paths); the host
 takes the row of the last accepted node: no separate drafting call (seed 000 Figure 3). Offsets
 b_j come from a `PositionOffsets` drafter, baked as constants (zeros = reused heads, drafter (i)).
+A `SharedLowRankOffsets` drafter (v') also bakes its rank-r maps: a draft row reads
+h + b_j + U_j (V_j^T h), two small matmuls per lookahead (heads="all": V_j^T h times the
+constant logits LMH(U_j), computed once at export).
 
 ANE / Core ML numerics (docs/references.md, environment notes):
 * GQA by hand: the n_rep query heads of a KV head are folded into the query axis (no K/V copy);
@@ -84,21 +87,32 @@ class GraphSpec:
 def offsets_from_drafter(drafter, code_predictor, depth: int) -> torch.Tensor:
     """The (depth, H) float32 offsets b_1..b_depth baked into the fused graph.
 
-    None -> zeros (drafter (i), reused heads). Only `PositionOffsets` (shared b_j, seed 000 §2.2) is
-    exportable as constants; other drafters depend on the start position or add layers."""
+    None -> zeros (drafter (i), reused heads). `PositionOffsets` (shared b_j, seed 000 §2.2) and
+    `SharedLowRankOffsets` (b_j plus a rank-r map, `low_rank_from_drafter`) are exportable as
+    constants; the other drafters depend on the start position or add layers."""
     H = code_predictor.config.hidden_size
     if drafter is None:
         return torch.zeros(depth, H)  # (D, H)
-    from rvqspec.drafters import PositionOffsets
+    from rvqspec.drafters import PositionOffsets, SharedLowRankOffsets
 
-    if type(drafter) is not PositionOffsets:
-        raise ExportError(f"only PositionOffsets drafters can be exported (shared b_j, seed 000 §2.2); "
-                          f"got kind={getattr(drafter, 'kind', type(drafter).__name__)!r}")
+    if type(drafter) not in (PositionOffsets, SharedLowRankOffsets):
+        raise ExportError(f"only offsets and shared_low_rank drafters can be exported (position-independent "
+                          f"constants); got kind={getattr(drafter, 'kind', type(drafter).__name__)!r}")
     if drafter.hidden_size != H:
         raise ExportError(f"drafter hidden_size={drafter.hidden_size} != code predictor hidden_size={H}")
     if drafter.num_offsets < depth:
         raise ExportError(f"tree depth {depth} exceeds the drafter's K={drafter.num_offsets}")
     return drafter.offsets.detach()[:depth].to(torch.float32).cpu().clone()  # (D, H)
+
+
+def low_rank_from_drafter(drafter, depth: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(V (D, H, r), U (D, r, H)) float32 of a `SharedLowRankOffsets` drafter, else None."""
+    from rvqspec.drafters import SharedLowRankOffsets
+
+    if type(drafter) is not SharedLowRankOffsets:
+        return None
+    return (drafter.down.detach()[:depth].to(torch.float32).cpu().clone(),
+            drafter.up.detach()[:depth].to(torch.float32).cpu().clone())
 
 
 def _ln_rms(x: torch.Tensor, weight: torch.Tensor, n: int, eps: float) -> torch.Tensor:
@@ -124,7 +138,8 @@ class RoundGraph(nn.Module):
 
     def __init__(self, code_predictor, tree: SparseTree | None = None, offsets: torch.Tensor | None = None,
                  cache_len: int | None = None, mask_value: float = MASK_VALUE,
-                 head_stack: torch.Tensor | None = None, heads: str = "window"):
+                 head_stack: torch.Tensor | None = None, heads: str = "window",
+                 low_rank: tuple[torch.Tensor, torch.Tensor] | None = None):
         super().__init__()
         c = code_predictor.config
         if heads not in HEAD_MODES:
@@ -182,6 +197,17 @@ class RoundGraph(nn.Module):
             self.register_buffer("tok_index", tok.to(torch.int32), persistent=False)
         elif offsets is not None and offsets.numel():
             raise ExportError("offsets given for the AR step (empty tree)")
+        self.low_rank = low_rank is not None
+        if self.low_rank:
+            down, up = low_rank
+            if not self.D:
+                raise ExportError("a low-rank drafter map given for the AR step (empty tree)")
+            r = down.shape[-1]
+            if tuple(down.shape) != (self.D, c.hidden_size, r) or tuple(up.shape) != (self.D, r, c.hidden_size):
+                raise ExportError(f"low-rank maps must have shapes (D {self.D}, H {c.hidden_size}, r) and (D, r, H), "
+                                  f"got {tuple(down.shape)} and {tuple(up.shape)}")
+            self.register_buffer("lr_down", down.to(head_stack.dtype).clone(), persistent=False)  # (D, H, r)
+            self.register_buffer("lr_up", up.to(head_stack.dtype).clone(), persistent=False)  # (D, r, H)
         if heads == "all":
             # LM heads have no bias, so LMH(h + b_j) = LMH(h) + LMH(b_j): the offsets become constant
             # logits per (j, head), computed once here in float32 (seed 000 §2.2 drafts, no matmul).
@@ -189,6 +215,9 @@ class RoundGraph(nn.Module):
             if self.D:
                 off_logits = torch.einsum("hvk,jk->jhv", head_stack.float(), self.offsets.float())  # (D, 15, V)
                 self.register_buffer("offset_logits", off_logits.to(head_stack.dtype), persistent=False)
+            if self.low_rank:  # LMH(U_j z) = z^T LMH(U_j): constant (D, r, 15, V) logits per rank direction
+                lr_logits = torch.einsum("hvk,jrk->jrhv", head_stack.float(), self.lr_up.float())
+                self.register_buffer("lr_logits", lr_logits.to(head_stack.dtype), persistent=False)
 
     # ---- static description ------------------------------------------------------------------
     def spec(self, name: str) -> GraphSpec:
@@ -272,6 +301,13 @@ class RoundGraph(nn.Module):
         draft_tokens = top.flatten(1).index_select(1, self.tok_index).to(torch.int32).unsqueeze(0)  # (1, q, N)
         return logits, key_update, value_update, draft_tokens
 
+    def _draft_state(self, h: torch.Tensor, j: int) -> torch.Tensor:
+        """The drafter's state for lookahead j: h + b_j (+ U_j V_j^T h for drafter (v')). h (n, H)."""
+        out = h + self.offsets[j - 1]
+        if self.low_rank:
+            out = out + (h @ self.lr_down[j - 1]) @ self.lr_up[j - 1]  # (n, r) @ (r, H)
+        return out
+
     def _heads(self, hid: torch.Tensor, heads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hid (q, H), heads (W, V, H) -> verifier logits (q, V), draft logits (q, D, V) or None.
 
@@ -284,7 +320,7 @@ class RoundGraph(nn.Module):
                 j = w - d
                 if 0 <= j <= self.D:
                     lo, hi = self.spans[d]
-                    parts.append(hid[lo:hi] if j == 0 else hid[lo:hi] + self.offsets[j - 1])  # (n_d, H)
+                    parts.append(hid[lo:hi] if j == 0 else self._draft_state(hid[lo:hi], j))  # (n_d, H)
                     keys.append((d, j, hi - lo))
             if not parts:
                 continue
@@ -316,7 +352,14 @@ class RoundGraph(nn.Module):
         verify = (pick(0).unsqueeze(-1) * all_logits).sum(1)  # (q, V)
         if not self.D:
             return verify, None
-        drafts = torch.stack([(pick(j).unsqueeze(-1) * (all_logits + self.offset_logits[j - 1])).sum(1)
+        def draft_logits(j: int) -> torch.Tensor:  # (q, 15, V) all heads' draft logits at lookahead j
+            out = all_logits + self.offset_logits[j - 1]
+            if self.low_rank:
+                z = hid @ self.lr_down[j - 1]  # (q, r)
+                out = out + torch.einsum("qr,rhv->qhv", z, self.lr_logits[j - 1])
+            return out
+
+        drafts = torch.stack([(pick(j).unsqueeze(-1) * draft_logits(j)).sum(1)
                               for j in range(1, self.D + 1)], dim=1)  # (q, D, V)
         return verify, drafts
 
@@ -338,7 +381,8 @@ def fused_graph(code_predictor, tree: SparseTree, drafter=None, cache_len: int |
     if len(tree) == 0:
         raise ExportError("the fused graph needs a non-empty tree (the empty tree is the AR step)")
     off = offsets_from_drafter(drafter, code_predictor, tree.max_depth)
-    return RoundGraph(code_predictor, tree, off, cache_len, **kw).eval()
+    low = low_rank_from_drafter(drafter, tree.max_depth) if drafter is not None else None
+    return RoundGraph(code_predictor, tree, off, cache_len, low_rank=low, **kw).eval()
 
 
 def as_float32(code_predictor):
