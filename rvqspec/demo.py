@@ -59,7 +59,9 @@ class DemoConfig:
     # model-scale lossless check (rvqspec.lossless): frames of the main drafter's decoder on one eval
     # context, against the exact AR law and as many AR frames, and frames of each wrong-rule control
     lossless_frames: int = 3000
-    lossless_control_frames: int = 5000  # the full-p control needs them: its bias is small at N = 16
+    # the full-p control needs many frames (its bias is small at N = 16); always-accept fails at once
+    lossless_control_frames: int = 5000
+    lossless_always_accept_frames: int = 500
     lossless_N: int = 16  # a wide tree: more drafts per round, so the full-p control's bias shows
     # 1 thread: these models are small enough that Python overhead dominates each call, and two
     # torch threads on a busy 2-core machine ran extraction 10x slower than one (measured)
@@ -73,7 +75,7 @@ class DemoConfig:
         base = dict(train_utterances=24, validation_utterances=6, train_steps=30, calibration_utterances=8,
                     eval_utterances=3, budgets=(4, 16), default_N=16, profile_calls=20, wer_utterances=1,
                     wer_seeds=(0,), ab_languages=("en",), drafters=("reused", "offsets"), mode="quick",
-                    lossless_frames=400, lossless_control_frames=200,
+                    lossless_frames=400, lossless_control_frames=200, lossless_always_accept_frames=100,
                     languages=("en", "de"))
         base.update(kw)
         return cls(**base)
@@ -506,15 +508,16 @@ def step_lossless(d: Demo) -> dict:
     controls = {c: SpeculativeCodePredictor(cp, spec.drafter, spec.tree, rule="walk", _control=c)
                 for c in ("always_accept", "full_p")}
     rep = lossless_report(cp, spec, [context], config=LosslessConfig(frames=cfg.lossless_frames, seed=cfg.seed),
-                          controls=controls, control_frames=cfg.lossless_control_frames, progress=False)
+                          controls=controls, progress=False,
+                          control_frames={"always_accept": cfg.lossless_always_accept_frames,
+                                          "full_p": cfg.lossless_control_frames})
     rep.update(drafter=cfg.main_drafter, N=n)
     ctx = rep["contexts"][0]
     dec = ctx["decoder"]
-    verdicts = ", ".join(f"{k[len('control_'):]} {'failed' if not v['passed'] else 'NOT detected'}"
+    verdicts = ", ".join(f"{k[len('control_'):]} ({v['frames']} frames) {'failed' if not v['passed'] else 'NOT detected'}"
                          for k, v in ctx.items() if k.startswith("control_"))
     note = (f"N={n}, {cfg.lossless_frames} frames: {'passed' if dec['passed'] else 'FAILED'} (min p "
-            f"{dec['min_p']:.3g}, threshold {dec['threshold']:.2g}); controls ({cfg.lossless_control_frames} "
-            f"frames, must fail): {verdicts}")
+            f"{dec['min_p']:.3g}, threshold {dec['threshold']:.2g}); controls (must fail): {verdicts}")
     return {"lossless": rep, "_step": {"note": note}}
 
 

@@ -187,9 +187,10 @@ def check_context(cp, spec, talker_hidden: torch.Tensor, c0: torch.Tensor, sampl
 
 def lossless_report(cp, spec, contexts: list[tuple[torch.Tensor, torch.Tensor]], sampling: Sampling = Sampling(),
                     config: LosslessConfig = LosslessConfig(), controls: dict | None = None,
-                    control_frames: int | None = None, progress: bool = True) -> dict:
+                    control_frames: int | dict[str, int] | None = None, progress: bool = True) -> dict:
     """`check_context` on each context; `controls`: name -> a deliberately wrong decoder run on the
-    same contexts (against the same AR reference), each expected to fail."""
+    same contexts (against the same AR reference), each expected to fail. `control_frames`: frames
+    per control (one number, or per control name; default config.frames)."""
     result = {"config": asdict(config), "sampling": asdict(sampling), "contexts": []}
     for i, (th, c0) in enumerate(contexts):
         g = torch.Generator().manual_seed(config.seed + 1000 + i)
@@ -197,7 +198,7 @@ def lossless_report(cp, spec, contexts: list[tuple[torch.Tensor, torch.Tensor]],
         entry = {"c0": int(c0), "decoder": check_context(cp, spec, th, c0, sampling, config, progress,
                                                          f"context {i}: spec", reference=ref)}
         for name, bad in (controls or {}).items():
-            n = control_frames or config.frames
+            n = (control_frames.get(name) if isinstance(control_frames, dict) else control_frames) or config.frames
             cfg = LosslessConfig(**{**asdict(config), "frames": n})
             entry[f"control_{name}"] = check_context(cp, bad, th, c0, sampling, cfg, progress,
                                                      f"context {i}: control {name}", reference=ref[:n])

@@ -94,18 +94,19 @@ def test_exact_prefix_law_matches_sequential_enumeration(cp, context):
 @pytest.mark.slow
 def test_decoder_passes_and_wrong_rules_fail(cp, context, tmp_path):
     """1,200 frames of the deployed decoder pass (every p >= 1e-6 / 17, no impossible cell); the
-    always-accept and full-p controls on 600 frames against the same AR reference fail."""
+    always-accept (300 frames) and full-p (600 frames) controls against the same AR reference fail."""
     th, c0 = context
     d = randomize_drafter(make_drafter("offsets", cp), seed=4)
     spec = SpeculativeCodePredictor(cp, d, TREE)
     controls = {c: SpeculativeCodePredictor(cp, d, TREE, rule="walk", _control=c) for c in ("always_accept", "full_p")}
     rep = lossless_report(cp, spec, [(th, c0)], SAMPLING, LosslessConfig(frames=1200, seed=2), controls=controls,
-                          control_frames=600, progress=False)
+                          control_frames={"always_accept": 300, "full_p": 600}, progress=False)
     ctx = rep["contexts"][0]
     dec = ctx["decoder"]
     assert len(dec["tests"]) == 17 and dec["threshold"] == pytest.approx(1e-6 / 17)
     assert dec["accepted_per_frame"] > 1.0  # the rounds really speculate
     assert dec["passed"], dec["tests"]
+    assert ctx["control_always_accept"]["frames"] == 300 and ctx["control_full_p"]["frames"] == 600
     assert not ctx["control_always_accept"]["passed"]
     assert not ctx["control_full_p"]["passed"], ctx["control_full_p"]["tests"]
     assert rep["all_passed"] and rep["controls_all_failed"]
