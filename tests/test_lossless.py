@@ -128,7 +128,7 @@ def test_check_context_shape_errors(cp, context):
         check_context(cp, spec, th, c0.view(1), SAMPLING, LosslessConfig(frames=2), progress=False)
 
 
-@pytest.mark.parametrize("kind", ["offsets", "medusa"])
+@pytest.mark.parametrize("kind", ["offsets", "medusa", "shared_low_rank"])
 def test_committed_mini_lossless_benchmark(kind):
     """The recorded `rvqspec bench lossless` runs on the mini model (README, docs/design.md): 2
     contexts x 20,000 frames passed, every control failed, and the figures are self-consistent."""
