@@ -20,15 +20,15 @@ test, so that a pass means something.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy import stats
 
-from rvqspec.model import causal_mask
 from rvqspec.sampling import Sampling, probs
+from rvqspec.tts import teacher_forced_inner
 
 
 @dataclass(frozen=True)
@@ -93,17 +93,14 @@ def two_sample_chisquare(a: np.ndarray, b: np.ndarray, min_expected: float = 5.0
 def _prefix_probs(cp, talker_hidden: torch.Tensor, c0: torch.Tensor, prefixes: torch.Tensor,
                   sampling: Sampling) -> torch.Tensor:
     """Deployed distribution of c_{g+1} after each prefix c1..c_g: prefixes (P, g) long ->
-    p (P, V) float64, one teacher-forced pass of length g + 2 for all P prefixes at once."""
+    p (P, V) float64, one teacher-forced inner loop for all P prefixes at once (codes after the
+    prefix are zeros: the causal mask keeps them out of h_{g+1})."""
     P, g = prefixes.shape
-    L = g + 2
-    dtype = next(cp.parameters()).dtype
-    parts = [talker_hidden.to(dtype).expand(P, 1, -1), cp.c0_embedding(c0).to(dtype).expand(P, 1, -1)]
-    if g:
-        parts.append(cp.embed_codes(prefixes, list(range(1, g + 1))).to(dtype))  # (P, g, E)
-    x = torch.cat(parts, 1)  # (P, L, E)
-    pos = torch.arange(L).view(1, L).expand(P, L)
-    hidden, _ = cp(x, pos, cp.new_cache(P, L), torch.arange(L), causal_mask(pos, L, dtype))
-    logits = F.linear(hidden[:, -1], cp.lm_head[g].weight)  # (P, V): head g emits c_{g+1}
+    codes = torch.zeros(P, cp.config.num_code_groups, dtype=torch.long)  # (P, 16)
+    codes[:, 0] = c0.view(())
+    codes[:, 1:g + 1] = prefixes
+    hidden = teacher_forced_inner(cp, talker_hidden.view(1, -1).expand(P, -1), codes)  # (P, 15, H) h_1..h_15
+    logits = F.linear(hidden[:, g], cp.lm_head[g].weight)  # (P, V): h_{g+1} through head g emits c_{g+1}
     return probs(logits, sampling).double()
 
 
@@ -151,16 +148,18 @@ def _draw_ar(cp, talker_hidden, c0, sampling, n, generator, batch):
 
 def check_context(cp, spec, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling = Sampling(),
                   config: LosslessConfig = LosslessConfig(), progress: bool = True, desc: str = "spec frames",
-                  reference: torch.Tensor | None = None) -> dict:
+                  reference: torch.Tensor | None = None,
+                  law: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
     """One context: talker_hidden (1, 1, E), c0 (1, 1). Draws config.frames speculative frames (and as
-    many AR frames unless `reference` (n, 15) is given) -> p-values, impossible counts, verdict."""
+    many AR frames unless `reference` (n, 15) is given) -> p-values, impossible counts, verdict.
+    `law`: the context's `exact_prefix_law`, when the caller already has it."""
     if talker_hidden.dim() != 3 or talker_hidden.shape[:2] != (1, 1):
         raise ValueError(f"talker_hidden must be (1, 1, E), got {tuple(talker_hidden.shape)}")
     if c0.shape != (1, 1):
         raise ValueError(f"c0 must be (1, 1), got {tuple(c0.shape)}")
     V = cp.config.vocab_size
     g = torch.Generator().manual_seed(config.seed)
-    joint, p3 = exact_prefix_law(cp, talker_hidden, c0, sampling)
+    joint, p3 = law if law is not None else exact_prefix_law(cp, talker_hidden, c0, sampling)
     codes, st = _draw_spec(spec, talker_hidden, c0, sampling, config.frames, g, progress, desc)
     if reference is None:
         reference = _draw_ar(cp, talker_hidden, c0, sampling, config.frames, g, config.ar_batch)
@@ -195,13 +194,13 @@ def lossless_report(cp, spec, contexts: list[tuple[torch.Tensor, torch.Tensor]],
     for i, (th, c0) in enumerate(contexts):
         g = torch.Generator().manual_seed(config.seed + 1000 + i)
         ref = _draw_ar(cp, th, c0, sampling, config.frames, g, config.ar_batch)
+        law = exact_prefix_law(cp, th, c0, sampling)  # shared by the decoder and every control
         entry = {"c0": int(c0), "decoder": check_context(cp, spec, th, c0, sampling, config, progress,
-                                                         f"context {i}: spec", reference=ref)}
+                                                         f"context {i}: spec", reference=ref, law=law)}
         for name, bad in (controls or {}).items():
             n = (control_frames.get(name) if isinstance(control_frames, dict) else control_frames) or config.frames
-            cfg = LosslessConfig(**{**asdict(config), "frames": n})
-            entry[f"control_{name}"] = check_context(cp, bad, th, c0, sampling, cfg, progress,
-                                                     f"context {i}: control {name}", reference=ref[:n])
+            entry[f"control_{name}"] = check_context(cp, bad, th, c0, sampling, replace(config, frames=n), progress,
+                                                     f"context {i}: control {name}", reference=ref[:n], law=law)
         result["contexts"].append(entry)
     result["all_passed"] = all(e["decoder"]["passed"] for e in result["contexts"])
     result["controls_all_failed"] = all(not v["passed"] for e in result["contexts"]

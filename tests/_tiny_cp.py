@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from rvqspec.config import CodePredictorConfig
-from rvqspec.model import MultiCodeDecoder
+from rvqspec.model import MultiCodeDecoder, causal_mask
 
 
 def tiny_code_predictor(vocab: int = 16, hidden: int = 32, layers: int = 2, talker_hidden: int | None = None,
@@ -40,3 +40,19 @@ def random_frames(model_dir=None, split="eval", language=None, max_utterances=No
     n = max_utterances or 3
     return [(torch.randn(8 + i, talker_hidden, generator=g), torch.randint(0, vocab, (8 + i, 16), generator=g))
             for i in range(n)]
+
+
+@torch.no_grad()
+def teacher_forced(cp, talker_hidden, c0, codes):
+    """Run [h, c0, codes...] at positions 0..L-1, one plain forward (a reference independent of the
+    decoders under test) -> (hidden (1, L, H), cache)."""
+    codes = list(codes)
+    L = 2 + len(codes)
+    parts = [talker_hidden, cp.c0_embedding(c0)]
+    for g, c in enumerate(codes, start=1):
+        parts.append(cp.model.codec_embedding[g - 1](torch.tensor([[c]])))
+    x = torch.cat(parts, 1)  # (1, L, E)
+    pos = torch.arange(L).view(1, L)
+    cache = cp.new_cache(1, L)
+    hidden, _ = cp(x, pos, cache, torch.arange(L), causal_mask(pos, L))
+    return hidden, cache

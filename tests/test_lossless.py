@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny_cp import randomize_drafter, tiny_code_predictor
+from _tiny_cp import randomize_drafter, teacher_forced, tiny_code_predictor
 from rvqspec.drafters import make_drafter
 from rvqspec.lossless import (LosslessConfig, check_context, exact_prefix_law, lossless_report, pooled_chisquare,
                               two_sample_chisquare)
@@ -61,9 +61,7 @@ def test_two_sample_chisquare_same_law_passes_shifted_law_fails():
 
 @torch.no_grad()
 def test_exact_prefix_law_matches_sequential_enumeration(cp, context):
-    """The batched enumeration against one teacher-forced AR pass per prefix (the AR frame's own
-    prefill + steps, through `generate_frame`'s greedy path would not expose p, so: cp.forward)."""
-    from rvqspec.model import causal_mask
+    """The batched enumeration against one plain teacher-forced forward per prefix."""
     from rvqspec.sampling import probs
 
     th, c0 = context
@@ -74,11 +72,7 @@ def test_exact_prefix_law_matches_sequential_enumeration(cp, context):
     assert (joint > 0).sum(1).max() <= 4  # top-k 4: at most 4 c2 per c1
 
     def p_next(prefix):
-        L = 2 + len(prefix)
-        parts = [th, cp.c0_embedding(c0)] + [cp.model.codec_embedding[g](torch.tensor([[c]]))
-                                            for g, c in enumerate(prefix)]
-        pos = torch.arange(L).view(1, L)
-        h, _ = cp(torch.cat(parts, 1), pos, cp.new_cache(1, L), torch.arange(L), causal_mask(pos, L))
+        h, _ = teacher_forced(cp, th, c0, prefix)
         return probs(torch.nn.functional.linear(h[:, -1], cp.lm_head[len(prefix)].weight), SAMPLING)[0].double()
 
     p1 = p_next([])

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny_cp import randomize_drafter, tiny_code_predictor
+from _tiny_cp import randomize_drafter, teacher_forced, tiny_code_predictor
 from rvqspec.drafters import make_drafter
 from rvqspec.lossless import pooled_chisquare
-from rvqspec.model import causal_mask
 from rvqspec.sampling import Sampling, probs
 from rvqspec.spec import SpeculativeCodePredictor
 from rvqspec.tree import SparseTree
@@ -39,21 +38,6 @@ def cp():
 def drafter_of(kind, cp):
     d = make_drafter(kind, cp)
     return d if kind == "reused" else randomize_drafter(d, seed=len(kind))
-
-
-@torch.no_grad()
-def teacher_forced(cp, talker_hidden, c0, codes):
-    """Run [h, c0, codes...] at positions 0..L-1 -> (hidden (1, L, H), cache)."""
-    codes = list(codes)
-    L = 2 + len(codes)
-    parts = [talker_hidden, cp.c0_embedding(c0)]
-    for g, c in enumerate(codes, start=1):
-        parts.append(cp.model.codec_embedding[g - 1](torch.tensor([[c]])))
-    x = torch.cat(parts, 1)  # (1, L, E)
-    pos = torch.arange(L).view(1, L)
-    cache = cp.new_cache(1, L)
-    hidden, _ = cp(x, pos, cache, torch.arange(L), causal_mask(pos, L))
-    return hidden, cache
 
 
 @pytest.mark.parametrize("kind", KINDS)
