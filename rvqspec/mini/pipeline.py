@@ -103,6 +103,10 @@ class MiniTTS:
                          codes=codes, stats=stats, sample_rate=int(self.codec.config.sample_rate), seconds=seconds)
 
 
+# per-clip scores kept: the rates, and the edit counts that sum to corpus rates (paired bootstraps)
+CLIP_SCORES = ("wer", "cer", "word_errors", "ref_words", "char_errors", "ref_chars")
+
+
 def intelligibility(tts: MiniTTS, texts: Sequence[str], language: str, recognizer, seeds: Sequence[int] = (0,),
                     sampling: Sampling = Sampling(), inner: FrameCompleter | None = None,
                     progress: bool = True) -> dict:
@@ -119,7 +123,7 @@ def intelligibility(tts: MiniTTS, texts: Sequence[str], language: str, recognize
         hyp = recognizer.transcribe([syn.audio], syn.sample_rate, language)[0]
         clips.append(dict(text=text, seed=seed, hypothesis=hyp, frames=syn.stats.frames,
                           tokens_per_call=syn.stats.tokens_per_call, seconds=syn.seconds,
-                          **{k: v for k, v in score([text], [hyp], language).items() if k in ("wer", "cer")}))
+                          **{k: v for k, v in score([text], [hyp], language).items() if k in CLIP_SCORES}))
         refs.append(text)
         hyps.append(hyp)
     total = score(refs, hyps, language)
