@@ -58,6 +58,16 @@ def _frames_fn(spec: Optional[str]):
         raise typer.BadParameter(f"--frames-fn {spec!r}: {e}") from e
 
 
+def _tree_from_acceptance(acc: dict, source: Path, drafter_name: str, budget: int):
+    """The budget-N tree of one drafter in a `bench acceptance` result (keys are str after JSON)."""
+    from rvqspec.tree import SparseTree
+
+    entry = acc.get("drafters", {}).get(drafter_name)
+    if entry is None or str(budget) not in entry["trees"]:
+        raise typer.BadParameter(f"{source}: no tree for drafter {drafter_name!r} at N={budget}")
+    return SparseTree(entry["trees"][str(budget)])
+
+
 def _emit(result: dict, as_json: bool, out: Optional[Path]) -> None:
     from rvqspec.jsonfile import write_json_atomic
 
@@ -225,11 +235,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter("the wall-clock run needs --drafter with --model-dir")
             cp = _load_cp(model_dir)
             d = load_drafter(drafter, cp)
-            if tree is not None:
-                t = SparseTree.load(tree)
-            else:
-                entry = acc["drafters"][drafter_name]
-                t = SparseTree(entry["trees"][str(budget)] if str(budget) in entry["trees"] else entry["trees"][budget])
+            t = SparseTree.load(tree) if tree is not None else _tree_from_acceptance(acc, acceptance_json,
+                                                                                     drafter_name, budget)
             spec = SpeculativeCodePredictor(cp, d, t)
             utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=None)
             result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames))
@@ -278,10 +285,7 @@ def register(app: typer.Typer) -> None:
         if tree is not None:
             t = SparseTree.load(tree)
         elif acceptance_json is not None:
-            entry = json.loads(acceptance_json.read_text())["drafters"].get(drafter_name)
-            if entry is None or str(budget) not in entry["trees"]:
-                raise typer.BadParameter(f"{acceptance_json}: no tree for drafter {drafter_name!r} at N={budget}")
-            t = SparseTree(entry["trees"][str(budget)])
+            t = _tree_from_acceptance(json.loads(acceptance_json.read_text()), acceptance_json, drafter_name, budget)
         else:
             raise typer.BadParameter("give --tree or --acceptance-json")
         pool = frames_for_timing(_frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language,

@@ -381,7 +381,7 @@ def fused_graph(code_predictor, tree: SparseTree, drafter=None, cache_len: int |
     if len(tree) == 0:
         raise ExportError("the fused graph needs a non-empty tree (the empty tree is the AR step)")
     off = offsets_from_drafter(drafter, code_predictor, tree.max_depth)
-    low = low_rank_from_drafter(drafter, tree.max_depth) if drafter is not None else None
+    low = low_rank_from_drafter(drafter, tree.max_depth)  # None unless drafter (v')
     return RoundGraph(code_predictor, tree, off, cache_len, low_rank=low, **kw).eval()
 
 
