@@ -198,7 +198,7 @@ def step_model(paths: MiniPaths, cfg: BuildConfig) -> dict:
     train_mini_model = _import_step("rvqspec.mini.talker_train", "train_mini_model")
     config_cls = _import_step("rvqspec.mini.talker_train", "MiniModelConfig")
     config = config_cls.toy() if cfg.toy else config_cls()
-    result = train_mini_model(paths.corpus, paths.codec, paths.model, toy=cfg.toy, config=config)
+    result = train_mini_model(paths.corpus, paths.codec, paths.model, config=config)  # config decides toy
     # the whole recipe, as the other steps record theirs (the model's mini_model.json holds the same)
     return {"config": _jsonable(config), "result": _jsonable(result) if result is not None else None}
 
