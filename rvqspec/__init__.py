@@ -10,20 +10,20 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
-    "Sampling": "rvqspec.sampling",
-    "load_qwen3_tts": "rvqspec.checkpoint",
-    "Qwen3TTS": "rvqspec.checkpoint",
-    "CodePredictorConfig": "rvqspec.config",
-    "TalkerConfig": "rvqspec.config",
-    "MultiCodeDecoder": "rvqspec.model",
-    "CodeDecoder": "rvqspec.model",
-    "KVCache": "rvqspec.model",
-    "SparseTree": "rvqspec.tree",
-    "PositionOffsets": "rvqspec.drafters",
-    "SpeculativeCodePredictor": "rvqspec.spec",
-    "CompiledCodePredictor": "rvqspec.compiled",
-    "CompileConfig": "rvqspec.compiled",
-    "accelerate": "rvqspec.official_accel",
+    "Sampling": "rvqspec.core.sampling",
+    "load_qwen3_tts": "rvqspec.core.checkpoint",
+    "Qwen3TTS": "rvqspec.core.checkpoint",
+    "CodePredictorConfig": "rvqspec.core.config",
+    "TalkerConfig": "rvqspec.core.config",
+    "MultiCodeDecoder": "rvqspec.core.model",
+    "CodeDecoder": "rvqspec.core.model",
+    "KVCache": "rvqspec.core.model",
+    "SparseTree": "rvqspec.core.tree",
+    "PositionOffsets": "rvqspec.core.drafters",
+    "SpeculativeCodePredictor": "rvqspec.core.speculative",
+    "CompiledCodePredictor": "rvqspec.core.compiled",
+    "CompileConfig": "rvqspec.core.compiled",
+    "accelerate": "rvqspec.real.official_pipeline",
 }
 
 __all__ = sorted(_EXPORTS)

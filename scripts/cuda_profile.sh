@@ -7,7 +7,7 @@
 #
 # Needs only python with a CUDA build of torch and numpy (no network: the repository is put on the
 # path; typer/tqdm/plotly are used when present). Env: PY (python), OUT (output dir),
-# ACCEPTANCE (acceptance JSON, see rvqspec/profile.py; default: the seed-fitted table),
+# ACCEPTANCE (acceptance JSON, see rvqspec/measure/profile.py; default: the seed-fitted table),
 # DTYPES (default "bf16 fp32"), CALLS (200), WARMUP (20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ for DT in ${DTYPES:-bf16 fp32}; do
   DT=$DT timeout 600 "$PY" - <<'PY'
 import json, os, sys
 import torch
-from rvqspec.profile import ProfileConfig, load_acceptance, profile, save_device_profile
+from rvqspec.measure.profile import ProfileConfig, load_acceptance, profile, save_device_profile
 
 if not torch.cuda.is_available():
     sys.exit("torch.cuda.is_available() is False: no CUDA device visible (torch %s)" % torch.__version__)
@@ -34,7 +34,7 @@ print(json.dumps({"device": p["device"], "dtype": dt, "ar_p50_ms": round(p["ar"]
                   "speedup": {n: None if v is None else round(v, 4) for n, v in p["speedup"].items()},
                   "n_star": p["n_star"], "acceptance": p["acceptance_source"], "file": str(path)}))
 try:
-    from rvqspec.plots import figure4, write_figure
+    from rvqspec.workbench.plots import figure4, write_figure
     write_figure(figure4([p]), f"{out}/figure4_torch-cuda_{dt}.html", png=False)
 except ImportError as e:
     print("figure skipped:", e, file=sys.stderr)

@@ -46,8 +46,8 @@ def train_cp(th, codes, steps: int, seed: int):
     from tqdm import tqdm
 
     from rvqspec.mini.talker_train import MiniModelConfig, model_config
-    from rvqspec.model import MultiCodeDecoder, causal_mask
-    from rvqspec.tts import training_cache
+    from rvqspec.core.model import MultiCodeDecoder, causal_mask
+    from rvqspec.core.frame_loop import training_cache
 
     torch.manual_seed(seed)
     cfg = model_config(MiniModelConfig(), text_vocab_size=8, codebook_size=64).code_predictor
@@ -89,15 +89,15 @@ def main() -> None:
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from rvqspec.acceptance import (acceptance_table, measure_tokens_per_call, oracle_tokens_per_call,
+    from rvqspec.measure.acceptance import (acceptance_table, measure_tokens_per_call, oracle_tokens_per_call,
                                     replay_tokens_per_call)
-    from rvqspec.bench_spec import bench_inner_loop
-    from rvqspec.drafters import code_predictor_parameters, make_drafter
-    from rvqspec.extract import ExtractConfig, ShardDataset, extract
-    from rvqspec.sampling import Sampling
-    from rvqspec.spec import SpeculativeCodePredictor
-    from rvqspec.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
-    from rvqspec.tree import SparseTree
+    from rvqspec.measure.bench_spec import bench_inner_loop
+    from rvqspec.core.drafters import code_predictor_parameters, make_drafter
+    from rvqspec.measure.extract import ExtractConfig, ShardDataset, extract
+    from rvqspec.core.sampling import Sampling
+    from rvqspec.core.speculative import SpeculativeCodePredictor
+    from rvqspec.measure.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
+    from rvqspec.core.tree import SparseTree
 
     t0 = time.time()
     (th, codes), sample = make_world(60_000, args.seed)

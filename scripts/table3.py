@@ -60,12 +60,12 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from rvqspec.asr import load_recognizer
-    from rvqspec.drafters import load_drafter
+    from rvqspec.real.asr import load_recognizer
+    from rvqspec.core.drafters import load_drafter
     from rvqspec.mini.corpus import load_corpus
     from rvqspec.mini.pipeline import MiniTTS, default_data_dir, intelligibility
-    from rvqspec.spec import SpeculativeCodePredictor
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.speculative import SpeculativeCodePredictor
+    from rvqspec.core.tree import SparseTree
 
     torch.set_num_threads(cfg.threads)
     data = default_data_dir() if args.data is None else args.data

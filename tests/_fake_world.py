@@ -1,7 +1,7 @@
 """A seconds-fast stand-in for the mini world, for the listening / report / explorer tests.
 
 The talker and code predictor are tiny random models driven by the real frame loop
-(`rvqspec.tts.synthesize_codes`) and, when asked, the real `SpeculativeCodePredictor`; only the
+(`rvqspec.core.frame_loop.synthesize_codes`) and, when asked, the real `SpeculativeCodePredictor`; only the
 text front end (character ids instead of espeak-ng phonemes), the codec (a tone per frame from its
 codes) and the recognizer (returns the reference, with one word dropped when the first code of
 the clip is odd) are fakes.
@@ -13,9 +13,9 @@ import torch
 
 from rvqspec.mini.pipeline import Synthesis
 from rvqspec.mini.talker_train import MiniModelConfig, model_config
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
-from rvqspec.sampling import Sampling
-from rvqspec.tts import synthesize_codes
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.frame_loop import synthesize_codes
 
 CODEBOOK = 16
 RATE = 16000
@@ -52,9 +52,9 @@ class FakeRecognizer:
 
 
 def spec_inner(tts: FakeTTS, budget: int = 6):
-    from rvqspec.drafters import PositionOffsets
-    from rvqspec.spec import SpeculativeCodePredictor
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.drafters import PositionOffsets
+    from rvqspec.core.speculative import SpeculativeCodePredictor
+    from rvqspec.core.tree import SparseTree
 
     acc = np.array([[0.6, 0.2, 0.1], [0.5, 0.15, 0.05], [0.4, 0.1, 0.05]])
     cp = tts.code_predictor

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from rvqspec.config import CodePredictorConfig
-from rvqspec.model import MultiCodeDecoder, causal_mask
+from rvqspec.core.config import CodePredictorConfig
+from rvqspec.core.model import MultiCodeDecoder, causal_mask
 
 
 def tiny_code_predictor(vocab: int = 16, hidden: int = 32, layers: int = 2, talker_hidden: int | None = None,

@@ -37,7 +37,7 @@ def official_config(C, talker_hidden: int = 32, cp_hidden: int = 32, cp_layers: 
 def tiny_official(seed: int = 0, head_scale: float = 8.0, **kw):
     """Random official model; predictor heads sharpened so sampling tests have power and drafts
     are sometimes accepted; EOS kept from winning early."""
-    from rvqspec.official import import_official
+    from rvqspec.real.official import import_official
 
     M, C = import_official()
     torch.manual_seed(seed)
@@ -80,7 +80,7 @@ class FakeSpeechTokenizer:
 
 def wrapper(model):
     """The official user-facing `qwen_tts.Qwen3TTSModel` around `model`, with the fakes above."""
-    from rvqspec.official import import_official
+    from rvqspec.real.official import import_official
 
     import_official()
     from qwen_tts.inference.qwen3_tts_model import Qwen3TTSModel

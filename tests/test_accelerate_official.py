@@ -24,10 +24,10 @@ import torch
 from scipy import stats
 
 from _tiny_official import CODEBOOK, LANGUAGE, SPEAKER, tiny_official, wrapper
-from rvqspec.drafters import PositionOffsets
-from rvqspec.official_accel import AccelerateError, _sampling_from_call, accelerate, load_official_model
-from rvqspec.sampling import Sampling, probs
-from rvqspec.tree import SparseTree
+from rvqspec.core.drafters import PositionOffsets
+from rvqspec.real.official_pipeline import AccelerateError, _sampling_from_call, accelerate, load_official_model
+from rvqspec.core.sampling import Sampling, probs
+from rvqspec.core.tree import SparseTree
 
 ALPHA = 1e-6
 N_FRAMES = 20_000

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from _tiny_cp import randomize_drafter, tiny_code_predictor
-from rvqspec.acceptance import (acceptance_table, drafter_ranks, measure_tokens_per_call, oracle_tokens_per_call,
+from rvqspec.measure.acceptance import (acceptance_table, drafter_ranks, measure_tokens_per_call, oracle_tokens_per_call,
                                 rank_of, replay_tokens_per_call)
-from rvqspec.drafters import make_drafter
-from rvqspec.extract import free_running_codes, teacher_forced_hidden
-from rvqspec.sampling import Sampling
-from rvqspec.spec import SpeculativeCodePredictor
-from rvqspec.tree import SparseTree
+from rvqspec.core.drafters import make_drafter
+from rvqspec.measure.extract import free_running_codes, teacher_forced_hidden
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
 
 
 @pytest.fixture(scope="module")

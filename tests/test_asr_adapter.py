@@ -1,4 +1,4 @@
-"""rvqspec.asr.TransformersASR plumbing on a tiny randomly initialised wav2vec2 CTC checkpoint.
+"""rvqspec.real.asr.TransformersASR plumbing on a tiny randomly initialised wav2vec2 CTC checkpoint.
 
 No real weights exist here (no hub), so the checks are about the adapter, not accuracy: it loads
 a local `save_pretrained` directory offline, returns one string per input, resamples to the
@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from rvqspec.asr import Recognizer, TransformersASR, load_recognizer, resample
+from rvqspec.real.asr import Recognizer, TransformersASR, load_recognizer, resample
 
 
 @pytest.fixture(scope="module")

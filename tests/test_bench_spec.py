@@ -9,16 +9,16 @@ import torch
 from typer.testing import CliRunner
 
 from _tiny_cp import random_frames, tiny_code_predictor
-from rvqspec.bench_spec import (bench_acceptance, bench_full_size, bench_inner_loop, frames_for_timing,
+from rvqspec.measure.bench_spec import (bench_acceptance, bench_full_size, bench_inner_loop, frames_for_timing,
                                 tokens_per_call_from_acceptance)
-from rvqspec.checkpoint import Qwen3TTS, save_qwen3_tts
+from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
 from rvqspec.cli import app
-from rvqspec.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
-from rvqspec.drafters import make_drafter
-from rvqspec.extract import frames_to_hidden
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
-from rvqspec.spec import SpeculativeCodePredictor
-from rvqspec.tree import SparseTree
+from rvqspec.core.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+from rvqspec.core.drafters import make_drafter
+from rvqspec.measure.extract import frames_to_hidden
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
 
 runner = CliRunner()
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rvqspec.checkpoint import (CheckpointError, Qwen3TTS, load_qwen3_tts, model_hash, save_qwen3_tts)
-from rvqspec.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
-from rvqspec.sampling import Sampling
+from rvqspec.core.checkpoint import (CheckpointError, Qwen3TTS, load_qwen3_tts, model_hash, save_qwen3_tts)
+from rvqspec.core.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.sampling import Sampling
 
 
 def tiny_model(seed: int = 0) -> Qwen3TTS:
@@ -184,7 +184,7 @@ def test_bad_arguments(ckpt: Path) -> None:
 def test_other_parts_are_not_read_and_info_counts_them(ckpt: Path) -> None:
     """A speaker encoder (as in the Base checkpoints) is ignored by the loader, which never reads
     it (an int tensor there would fail the float check if it were read), and counted by info."""
-    from rvqspec.checkpoint import checkpoint_info
+    from rvqspec.core.checkpoint import checkpoint_info
 
     sd = load_file(str(ckpt / "model.safetensors"))
     sd["speaker_encoder.fc.weight"] = torch.zeros(3, 5, dtype=torch.int32)

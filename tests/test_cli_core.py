@@ -9,11 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from rvqspec.bench_ar import BenchARConfig, run_bench_ar
-from rvqspec.checkpoint import Qwen3TTS, save_qwen3_tts
+from rvqspec.real.bench_ar import BenchARConfig, run_bench_ar
+from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
 from rvqspec.cli import app
-from rvqspec.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 
 runner = CliRunner()
 

@@ -6,9 +6,9 @@ import copy
 import pytest
 import torch
 
-from rvqspec.compiled import CompileConfig, CompiledCodePredictor
-from rvqspec.model import causal_mask
-from rvqspec.sampling import Sampling
+from rvqspec.core.compiled import CompileConfig, CompiledCodePredictor
+from rvqspec.core.model import causal_mask
+from rvqspec.core.sampling import Sampling
 
 from _tiny_cp import tiny_code_predictor
 
@@ -87,8 +87,8 @@ def test_compiled_frames_equal_eager_frames(tiny) -> None:
 
 
 def test_bench_ar_reports_the_compiled_path() -> None:
-    from rvqspec.bench_ar import BenchARConfig, run_bench_ar
-    from rvqspec.config import CodePredictorConfig
+    from rvqspec.real.bench_ar import BenchARConfig, run_bench_ar
+    from rvqspec.core.config import CodePredictorConfig
 
     cfg = CodePredictorConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, head_dim=8, talker_hidden_size=32)
@@ -104,9 +104,9 @@ def test_bench_ar_reports_the_compiled_path() -> None:
 def test_compiled_speculative_verify_matches_eager() -> None:
     """The speculative decoder with a compiled verify call: same verifier logits as eager, and
     greedy frames identical to AR (the greedy lossless property)."""
-    from rvqspec.drafters import PositionOffsets
-    from rvqspec.spec import SpeculativeCodePredictor
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.drafters import PositionOffsets
+    from rvqspec.core.speculative import SpeculativeCodePredictor
+    from rvqspec.core.tree import SparseTree
 
     torch.set_num_threads(1)
     cp = tiny_code_predictor(vocab=16, hidden=32, layers=2, talker_hidden=40, seed=5)
@@ -131,8 +131,8 @@ def test_compiled_speculative_verify_matches_eager() -> None:
 
 
 def test_bench_full_size_reports_compiled_verify_overheads() -> None:
-    from rvqspec.bench_spec import bench_full_size
-    from rvqspec.config import CodePredictorConfig
+    from rvqspec.measure.bench_spec import bench_full_size
+    from rvqspec.core.config import CodePredictorConfig
 
     small = CodePredictorConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, talker_hidden_size=64)

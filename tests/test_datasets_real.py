@@ -1,4 +1,4 @@
-"""Real-dataset ingestion and official teacher forcing (rvqspec.datasets_real), on generated data.
+"""Real-dataset ingestion and official teacher forcing (rvqspec.real.datasets), on generated data.
 
 * each layout (VoxPopuli-, LibriSpeech-, Fleurs-like `save_to_disk` dirs, a parquet folder, a plain
   audio folder with metadata.csv or .txt side files) yields the same unified items: ids, the raw
@@ -20,7 +20,7 @@ import torch
 
 from _real_plugins import toy_encode as toy_encoder
 from _tiny_official import CODEBOOK, FakeProcessor, LANGUAGE, SPEAKER, tiny_official
-from rvqspec.datasets_real import (DatasetError, DatasetSpec, OfficialTeacherForcer, PromptConfig, count_items,
+from rvqspec.real.datasets import (DatasetError, DatasetSpec, OfficialTeacherForcer, PromptConfig, count_items,
                                    detect_layout, extract_items, iso_language, iter_items, iter_range,
                                    official_speech_encoder)
 
@@ -178,8 +178,8 @@ def test_teacher_forcing_matches_official_generate(model, non_streaming) -> None
 def test_items_to_shards(model, layouts, tmp_path) -> None:
     from safetensors.torch import load_file
 
-    from rvqspec.extract import ExtractConfig, read_manifest, teacher_forced_hidden
-    from rvqspec.official_accel import shared_code_predictor
+    from rvqspec.measure.extract import ExtractConfig, read_manifest, teacher_forced_hidden
+    from rvqspec.real.official_pipeline import shared_code_predictor
 
     items = list(iter_items(DatasetSpec(str(layouts / "folder"), language="en")))  # the tiny model knows English only
     man = extract_items(model, items, toy_encoder, text_ids, tmp_path / "shards",

@@ -1,4 +1,4 @@
-"""The main job's orchestration (rvqspec.demo): step records, missing modules shown as "not
+"""The main job's orchestration (rvqspec.workbench.demo): step records, missing modules shown as "not
 available", failures recorded (and raised in strict/notebook mode), dependent steps skipped, and
 the report re-rendered from results.json by `rvqspec report`. The real steps run in
 tests/test_notebooks.py (papermill) and `rvqspec demo --quick`."""
@@ -9,8 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from rvqspec.demo import NOT_AVAILABLE, Demo, DemoConfig, Step, StepUnavailable, notebook_config
-from rvqspec.report import render_report
+from rvqspec.workbench.demo import NOT_AVAILABLE, Demo, DemoConfig, Step, StepUnavailable, notebook_config
+from rvqspec.workbench.report import render_report
 
 
 def _ok(d):

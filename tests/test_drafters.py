@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from _tiny_cp import randomize_drafter, tiny_code_predictor
-from rvqspec.config import CodePredictorConfig
-from rvqspec.drafters import (DrafterError, LowRankOffsets, MedusaHeads, PerPositionOffsets, PositionOffsets,
+from rvqspec.core.config import CodePredictorConfig
+from rvqspec.core.drafters import (DrafterError, LowRankOffsets, MedusaHeads, PerPositionOffsets, PositionOffsets,
                               SharedLowRankOffsets,
                               code_predictor_parameters, load_drafter, make_drafter)
-from rvqspec.model import MultiCodeDecoder
+from rvqspec.core.model import MultiCodeDecoder
 
 KINDS = ["reused", "offsets", "per_position", "low_rank", "shared_low_rank", "medusa"]
 
@@ -86,9 +86,9 @@ def test_parameter_counts_full_size():
 def test_training_lowers_heldout_loss(cp, kind):
     """On the tiny model's own free-running frames, training lowers held-out drafting loss vs init by > 0.5%
     (a constant offset on a random tiny model has little to learn; the mini world shows the real gain)."""
-    from rvqspec.extract import free_running_codes, teacher_forced_hidden
-    from rvqspec.sampling import Sampling
-    from rvqspec.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
+    from rvqspec.measure.extract import free_running_codes, teacher_forced_hidden
+    from rvqspec.core.sampling import Sampling
+    from rvqspec.measure.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
 
     g = torch.Generator().manual_seed(0)
     th = torch.randn(1200, 48, generator=g)

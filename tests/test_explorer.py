@@ -1,4 +1,4 @@
-"""The tree-mask explorer's pure figure builders (rvqspec.explorer) against tree.buffers(), and the
+"""The tree-mask explorer's pure figure builders (rvqspec.workbench.explorer) against tree.buffers(), and the
 round recorder against the real speculative decoder on a tiny random code predictor."""
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from rvqspec.drafters import PositionOffsets
-from rvqspec.explorer import (ACCEPTED, ATTENDS, HIDDEN, HIGHLIGHT, DrafterChoice, RecordingInner, Round,
+from rvqspec.core.drafters import PositionOffsets
+from rvqspec.workbench.explorer import (ACCEPTED, ATTENDS, HIDDEN, HIGHLIGHT, DrafterChoice, RecordingInner, Round,
                               TreeMaskExplorer, ancestors, mask_figure, mask_matrix, node_expectations,
                               record_rounds, rounds_figure, rounds_matrix, rounds_tokens_per_call, tree_figure)
-from rvqspec.spec import SpeculativeCodePredictor
-from rvqspec.tree import SparseTree
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
 
 from _tiny_cp import randomize_drafter, tiny_code_predictor
 
@@ -45,7 +45,7 @@ def test_tree_node_colours_are_expected_acceptance(tree):
     colors = np.asarray(_trace(fig, "nodes").marker.color, dtype=float)
     exp = node_expectations(tree, ACC)
     assert np.allclose(colors, exp)
-    # their sum is the tree's expected accepted length (Medusa's estimate, rvqspec.tree)
+    # their sum is the tree's expected accepted length (Medusa's estimate, rvqspec.core.tree)
     assert exp.sum() == pytest.approx(tree.expected_length(ACC))
     # expectation never grows along a path: a child's product has one more factor <= 1
     b = tree.buffers()

@@ -19,12 +19,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_cp import randomize_drafter, tiny_code_predictor  # noqa: E402
 
-from rvqspec.drafters import MedusaHeads, PositionOffsets, SharedLowRankOffsets  # noqa: E402
+from rvqspec.core.drafters import MedusaHeads, PositionOffsets, SharedLowRankOffsets  # noqa: E402
 from rvqspec.export.host import ar_frame, spec_frame, torch_call  # noqa: E402
 from rvqspec.export.wrappers import (HEAD_MODES, MASK_VALUE, ExportError, RoundGraph, ar_graph, fused_graph,  # noqa: E402
                                      offsets_from_drafter, padding_mask, psnr)
-from rvqspec.sampling import Sampling  # noqa: E402
-from rvqspec.tree import SparseTree  # noqa: E402
+from rvqspec.core.sampling import Sampling  # noqa: E402
+from rvqspec.core.tree import SparseTree  # noqa: E402
 
 PSNR_FP32 = 60.0
 ONNX_TOL = 1e-4
@@ -298,9 +298,9 @@ def test_onnx_export_is_atomic(cp, tmp_path, monkeypatch):
 @pytest.mark.parametrize("heads", HEAD_MODES)
 @pytest.mark.parametrize("kind", [PositionOffsets, SharedLowRankOffsets])
 def test_spec_frame_matches_speculative_code_predictor(kind, heads):
-    """The exported round protocol and rvqspec.spec's eager decoder agree round by round: same
+    """The exported round protocol and rvqspec.core.speculative's eager decoder agree round by round: same
     greedy codes and the same number of calls per frame (same accepted lengths)."""
-    from rvqspec.spec import SpeculativeCodePredictor
+    from rvqspec.core.speculative import SpeculativeCodePredictor
 
     cp = tiny_code_predictor(vocab=4, hidden=32, layers=2, seed=4, head_scale=10.0)
     drafter = randomize_drafter(kind(3, 32, 4), seed=5, scale=0.5)

@@ -20,11 +20,11 @@ from _tiny_cp import randomize_drafter, tiny_code_predictor  # noqa: E402
 
 ct = pytest.importorskip("coremltools")
 
-from rvqspec.drafters import PositionOffsets  # noqa: E402
+from rvqspec.core.drafters import PositionOffsets  # noqa: E402
 from rvqspec.export.coreml import (QUANT_OPS, export_coreml, package_bytes, package_io,  # noqa: E402
                                    package_ops)
 from rvqspec.export.wrappers import ar_graph, fused_graph, psnr  # noqa: E402
-from rvqspec.tree import SparseTree  # noqa: E402
+from rvqspec.core.tree import SparseTree  # noqa: E402
 
 TREE = SparseTree([(0,), (1,), (0, 0), (0, 1), (0, 0, 0)])
 NP = {"float": "float16", "int32": "int32"}  # Core ML I/O dtypes: fp16 for the ANE, int32 indices
@@ -159,7 +159,7 @@ def test_coreml_predictions_match_torch(cp, drafter, w8a16, fp16, quant):
 def test_coreml_greedy_frames(cp, fp16):
     from rvqspec.export.coreml import CoreMLGraph
     from rvqspec.export.host import ar_frame
-    from rvqspec.sampling import Sampling
+    from rvqspec.core.sampling import Sampling
 
     a = ar_graph(cp)
     call = CoreMLGraph(fp16.packages["ar"], fp16.functions["ar"], compute_units="CPU_ONLY")
@@ -175,7 +175,7 @@ def test_coreml_greedy_frames(cp, fp16):
 def test_low_rank_drafter_converts(cp, tmp_path):
     """Drafter (v')'s baked rank-1 maps convert to Core ML (fp16, both head modes) with the fused
     graph's declared inputs and outputs; predictions need macOS (tests above)."""
-    from rvqspec.drafters import SharedLowRankOffsets
+    from rvqspec.core.drafters import SharedLowRankOffsets
 
     d = randomize_drafter(SharedLowRankOffsets(3, 128, 128, rank=1), seed=3, scale=2.0)
     for heads in ("window", "all"):

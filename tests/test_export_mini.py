@@ -11,8 +11,8 @@ import torch
 
 from rvqspec.export.host import ar_frame, spec_frame, torch_call
 from rvqspec.export.wrappers import ar_graph, fused_graph
-from rvqspec.sampling import Sampling
-from rvqspec.tree import SparseTree
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.tree import SparseTree
 
 MINI = Path(__file__).resolve().parents[1] / "data" / "mini" / "model"
 pytestmark = pytest.mark.skipif(not (MINI / "config.json").exists(),

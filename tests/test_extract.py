@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from _tiny_cp import tiny_code_predictor
-from rvqspec.extract import (ExtractConfig, ExtractError, ShardDataset, extract, free_running_codes, read_manifest,
+from rvqspec.measure.extract import (ExtractConfig, ExtractError, ShardDataset, extract, free_running_codes, read_manifest,
                              teacher_forced_hidden)
-from rvqspec.model import causal_mask
-from rvqspec.sampling import Sampling
+from rvqspec.core.model import causal_mask
+from rvqspec.core.sampling import Sampling
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""rvqspec.jsonfile: atomic JSON writes leave the old file or the whole new one, never a part."""
+"""rvqspec.core.jsonfile: atomic JSON writes leave the old file or the whole new one, never a part."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from rvqspec.jsonfile import read_json, write_json_atomic
+from rvqspec.core.jsonfile import read_json, write_json_atomic
 
 
 def test_write_json_atomic_writes_whole_file_and_keeps_old_one_on_failure(tmp_path):

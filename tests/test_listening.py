@@ -1,4 +1,4 @@
-"""Listening A/B (rvqspec.listening): pairs from the real AR and speculative frame loops on tiny
+"""Listening A/B (rvqspec.workbench.listening): pairs from the real AR and speculative frame loops on tiny
 random models, WER/CER per clip, spectrograms, and the blind mode driven programmatically."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rvqspec.listening import (AR, SPEC, BlindTest, ab_figure, make_pairs, pairs_table, simulate_picks,
+from rvqspec.workbench.listening import (AR, SPEC, BlindTest, ab_figure, make_pairs, pairs_table, simulate_picks,
                                spectrogram_figure, wav_bytes)
 
 from _fake_world import FakeRecognizer, FakeTTS, spec_inner

@@ -1,4 +1,4 @@
-"""rvqspec.lossless: the model-scale lossless check (its statistics, its exact enumeration, and a
+"""rvqspec.measure.lossless: the model-scale lossless check (its statistics, its exact enumeration, and a
 decoder run that must pass while the wrong acceptance rules fail it)."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from _tiny_cp import randomize_drafter, teacher_forced, tiny_code_predictor
-from rvqspec.drafters import make_drafter
-from rvqspec.lossless import (LosslessConfig, check_context, exact_prefix_law, lossless_report, pooled_chisquare,
+from rvqspec.core.drafters import make_drafter
+from rvqspec.measure.lossless import (LosslessConfig, check_context, exact_prefix_law, lossless_report, pooled_chisquare,
                               two_sample_chisquare)
-from rvqspec.sampling import Sampling
-from rvqspec.spec import SpeculativeCodePredictor
-from rvqspec.tree import SparseTree
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
 
 SAMPLING = Sampling(temperature=1.0, top_k=4, top_p=1.0)
 TREE = SparseTree([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])
@@ -62,7 +62,7 @@ def test_two_sample_chisquare_same_law_passes_shifted_law_fails():
 @torch.no_grad()
 def test_exact_prefix_law_matches_sequential_enumeration(cp, context):
     """The batched enumeration against one plain teacher-forced forward per prefix."""
-    from rvqspec.sampling import probs
+    from rvqspec.core.sampling import probs
 
     th, c0 = context
     joint, p3 = exact_prefix_law(cp, th, c0, SAMPLING)
@@ -105,7 +105,7 @@ def test_decoder_passes_and_wrong_rules_fail(cp, context, tmp_path):
     assert not ctx["control_full_p"]["passed"], ctx["control_full_p"]["tests"]
     assert rep["all_passed"] and rep["controls_all_failed"]
     # the main job's report shows the verdicts and the figure
-    from rvqspec.report import lossless_rows, render_report
+    from rvqspec.workbench.report import lossless_rows, render_report
 
     rows = {r["run"]: r["verdict"] for r in lossless_rows(rep)}
     assert rows == {"decoder": "pass", "control_always_accept": "FAIL", "control_full_p": "FAIL"}

@@ -1,11 +1,11 @@
-"""rvqspec.metrics: normalization and corpus-level WER/CER on hand-checked cases."""
+"""rvqspec.measure.metrics: normalization and corpus-level WER/CER on hand-checked cases."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from rvqspec.metrics import aggregate, is_character_language, normalize, score
+from rvqspec.measure.metrics import aggregate, is_character_language, normalize, score
 
 
 def test_normalize_case_punctuation_brackets_width():

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not (MODEL / "model.safetensors").exists(),
 
 
 def test_loads_with_official_loader_and_matches_recorded_config():
-    from rvqspec.checkpoint import load_qwen3_tts
+    from rvqspec.core.checkpoint import load_qwen3_tts
     from rvqspec.mini.talker_train import MiniModelConfig, model_config
 
     m = load_qwen3_tts(MODEL)

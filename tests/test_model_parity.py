@@ -15,10 +15,10 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-from rvqspec.checkpoint import load_qwen3_tts
-from rvqspec.model import KVCache, MultiCodeDecoder, causal_mask
-from rvqspec.official import import_official
-from rvqspec.sampling import Sampling
+from rvqspec.core.checkpoint import load_qwen3_tts
+from rvqspec.core.model import KVCache, MultiCodeDecoder, causal_mask
+from rvqspec.real.official import import_official
+from rvqspec.core.sampling import Sampling
 
 TOL = 1e-5     # fp32 max abs logit difference
 ALPHA = 1e-6   # chi-square significance level for "distributions differ"
@@ -256,7 +256,7 @@ def test_sampled_frames_match_official_in_distribution(tmp_path_factory) -> None
 
 # ---- static-shape / cache mechanics (no official model needed) --------------------------------------
 def tiny_cp(seed: int = 0) -> MultiCodeDecoder:
-    from rvqspec.config import CodePredictorConfig
+    from rvqspec.core.config import CodePredictorConfig
 
     torch.manual_seed(seed)
     cfg = CodePredictorConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -347,7 +347,7 @@ def test_forward_traces_with_static_shapes() -> None:
 def test_missing_config_keys_take_the_official_defaults() -> None:
     """HF save_pretrained may omit keys equal to the class defaults; from_official must then use the
     official defaults (not our 0.6B presets)."""
-    from rvqspec.config import CodePredictorConfig, TalkerConfig
+    from rvqspec.core.config import CodePredictorConfig, TalkerConfig
 
     _, C = import_official()
     off_cp = C.Qwen3TTSTalkerCodePredictorConfig()

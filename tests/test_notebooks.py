@@ -1,7 +1,7 @@
 """The numbered notebooks, executed headlessly with papermill at small parameters, in order, sharing
 one output directory (later notebooks reuse the shards and drafters of earlier ones, as a user's
 would). Each test asserts on the results the notebook's last cell recorded
-(`rvqspec.notebook_results.record`), with stated ranges: a notebook that raises, records nothing,
+(`rvqspec.workbench.notebook_results.record`), with stated ranges: a notebook that raises, records nothing,
 or records a value outside its range fails.
 
 The kernel is the `python3` kernel of the interpreter running the tests (jupyter_client starts
@@ -126,7 +126,7 @@ def world(tmp_path_factory):
 def _execute(world, name: str) -> dict:
     import papermill as pm
 
-    from rvqspec.notebook_results import read_recorded
+    from rvqspec.workbench.notebook_results import read_recorded
 
     data_dir, out = world
     params = dict(COMMON, data_dir=data_dir, out_dir=str(out), **EXTRA.get(name, {}))

@@ -1,4 +1,4 @@
-"""The device profiler (rvqspec.profile), device profile files, and Figure 4 (rvqspec.plots)."""
+"""The device profiler (rvqspec.measure.profile), device profile files, and Figure 4 (rvqspec.workbench.plots)."""
 from __future__ import annotations
 
 import json
@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_cp import tiny_code_predictor  # noqa: E402
 
-from rvqspec.profile import (Acceptance, BackendUnavailable, ProfileConfig, ProfileError,  # noqa: E402
+from rvqspec.measure.profile import (Acceptance, BackendUnavailable, ProfileConfig, ProfileError,  # noqa: E402
                              default_acceptance_table, load_acceptance, load_device_profile, profile,
                              save_device_profile, time_calls, tokens_per_call_from_table, tree_for_profile)
-from rvqspec.tree import SparseTree  # noqa: E402
+from rvqspec.core.tree import SparseTree  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -118,7 +118,7 @@ def test_profile_tiny(backend, heads, tmp_path):
     tree = tree_for_profile(prof)
     assert len(tree) == prof.n_star
     assert tree == SparseTree.grow(np.asarray(r["acceptance_table"]), prof.n_star, 3)
-    from rvqspec.export.source import load_tree
+    from rvqspec.measure.profile import load_tree
 
     assert load_tree(path) == tree  # `rvqspec export ... --tree PROFILE.json` exports the N* tree
 
@@ -169,7 +169,7 @@ def test_device_profile_errors(tmp_path):
 
 
 def test_figure4(tmp_path):
-    from rvqspec.plots import figure4, write_figure
+    from rvqspec.workbench.plots import figure4, write_figure
 
     prof = {"backend": "torch-cpu", "dtype": "fp32", "device": "cpu", "n_star": 4,
             "speedup": {"1": 1.1, "4": 1.5, "16": None}, "tokens_per_call": {"1": 1.3, "4": 1.8, "16": 2.2}}
@@ -184,7 +184,7 @@ def test_figure4(tmp_path):
 
 
 def test_rescore_with_measured_curve(tmp_path):
-    from rvqspec.profile import rescore
+    from rvqspec.measure.profile import rescore
 
     cp = tiny_code_predictor(vocab=64, hidden=64, layers=1)
     r = profile(ProfileConfig(calls=5, warmup=1, sizes=(1, 2, 4)), code_predictor=cp, progress=False)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from rvqspec.asr import DEFAULT_RECOGNIZER, MiniCTCRecognizer, load_recognizer
-from rvqspec.metrics import score
+from rvqspec.real.asr import DEFAULT_RECOGNIZER, MiniCTCRecognizer, load_recognizer
+from rvqspec.measure.metrics import score
 from rvqspec.mini.recognizer import (BLANK, CTCModel, LogMel, RecognizerConfig, Vocab, evaluate_recognizer,
                                      format_table, greedy_decode, is_recognizer_dir, load_split,
                                      mel_filterbank, save_recognizer, train_on_utterances, train_recognizer)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from rvqspec.listening import make_pairs, wav_bytes
-from rvqspec.report import render_report
-from rvqspec.tree import SparseTree
+from rvqspec.workbench.listening import make_pairs, wav_bytes
+from rvqspec.workbench.report import render_report
+from rvqspec.core.tree import SparseTree
 
 from _fake_world import FakeRecognizer, FakeTTS, spec_inner
 

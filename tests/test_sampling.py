@@ -1,4 +1,4 @@
-"""rvqspec.sampling reproduces HF's warpers (temperature -> top-k -> top-p) exactly; sample() draws
+"""rvqspec.core.sampling reproduces HF's warpers (temperature -> top-k -> top-p) exactly; sample() draws
 from the given p (chi-square, with a negative control)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from scipy.stats import chisquare
 from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
                                                     TopPLogitsWarper)
 
-from rvqspec.sampling import Sampling, probs, sample, sample_logits, warp_logits
+from rvqspec.core.sampling import Sampling, probs, sample, sample_logits, warp_logits
 
 
 def hf_probs(logits: torch.Tensor, s: Sampling) -> torch.Tensor:

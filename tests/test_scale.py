@@ -1,4 +1,4 @@
-"""Data-parallel scale-out (rvqspec.scale) with 2 CPU processes under `accelerate launch --multi_gpu`
+"""Data-parallel scale-out (rvqspec.real.distributed) with 2 CPU processes under `accelerate launch --multi_gpu`
 (torchrun + gloo; `--cpu --num_processes 2` would start a single process).
 
 * sharding is a partition: every unit to exactly one rank, for both strategies and several worlds;
@@ -25,7 +25,7 @@ import soundfile as sf
 import torch
 
 from _tiny_official import LANGUAGE, SPEAKER, tiny_official
-from rvqspec.scale import (ScaleConfig, ScaleError, Topology, my_units, num_units, rank_batches, run_units,
+from rvqspec.real.distributed import (ScaleConfig, ScaleError, Topology, my_units, num_units, rank_batches, run_units,
                            unit_name)
 
 TESTS = Path(__file__).resolve().parent
@@ -93,7 +93,7 @@ def rvqspec(args: list[str], procs: int = 1, port: int = 29517) -> subprocess.Co
     if procs == 1:
         cmd = [sys.executable, "-m", "rvqspec.cli", *args]
     else:
-        # --multi_gpu = torchrun; without GPUs the processes join a gloo group (rvqspec.scale docstring)
+        # --multi_gpu = torchrun; without GPUs the processes join a gloo group (rvqspec.real.distributed docstring)
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(procs),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                "--main_process_port", str(port), "-m", "rvqspec.cli", *args]
@@ -157,9 +157,9 @@ def test_two_process_extraction_equals_single_and_resumes(world) -> None:
 def test_two_process_training_all_reduces(world) -> None:
     from safetensors.torch import load_file
 
-    from rvqspec.checkpoint import load_qwen3_tts
-    from rvqspec.drafters import make_drafter
-    from rvqspec.train_drafter import drafter_loss
+    from rvqspec.core.checkpoint import load_qwen3_tts
+    from rvqspec.core.drafters import make_drafter
+    from rvqspec.measure.train_drafter import drafter_loss
 
     root, model_dir, data = world
     shards = root / "single"

@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-from rvqspec.checkpoint import load_qwen3_tts
+from rvqspec.core.checkpoint import load_qwen3_tts
 from rvqspec.mini.talker_train import MiniModelConfig, model_config
-from rvqspec.model import CodeDecoder, MultiCodeDecoder, causal_mask
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, causal_mask
 from rvqspec.spade.distill import (DistillConfig, distill, distill_losses, kd_terms, save_student, skew_kl,
                                    student_code_predictor, target_layers)
 from rvqspec.spade.prune import prune_talker, select_layers
 from rvqspec.spade.trace import trace_talker
-from rvqspec.tts import talker_inputs
+from rvqspec.core.frame_loop import talker_inputs
 
 CB = 24          # codebook size
 TEXT_VOCAB = 30
@@ -68,7 +68,7 @@ def test_trace_equals_codedecoder_forward():
     torch.testing.assert_close(p.sum(-1), torch.ones(p.shape[:-1]))
     assert float(p.triu(1).abs().max()) == 0.0
     # each intermediate state equals the model truncated after that layer (final norm applied)
-    from rvqspec.model import rms_norm
+    from rvqspec.core.model import rms_norm
     for i in range(4):
         with torch.no_grad():
             h_i, _ = sdpa_forward(prune_talker(talker, range(i + 1)), x)
@@ -233,7 +233,7 @@ def test_saved_student_loads(tmp_path):
         h = a[:, :1]
         c0 = codes[:, 0, :1]
         g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
-        from rvqspec.sampling import Sampling
+        from rvqspec.core.sampling import Sampling
         f1 = s_cp.generate_frame(h, c0, Sampling(), g1)
         f2 = m.code_predictor.generate_frame(h, c0, Sampling(), g2)
     assert torch.equal(f1, f2)

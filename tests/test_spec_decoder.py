@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from _tiny_cp import randomize_drafter, teacher_forced, tiny_code_predictor
-from rvqspec.drafters import make_drafter
-from rvqspec.lossless import pooled_chisquare
-from rvqspec.sampling import Sampling, probs
-from rvqspec.spec import SpeculativeCodePredictor
-from rvqspec.tree import SparseTree
+from rvqspec.core.drafters import make_drafter
+from rvqspec.measure.lossless import pooled_chisquare
+from rvqspec.core.sampling import Sampling, probs
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
 
 TREES = {
     "n1": SparseTree([(0,)]),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rvqspec.tree import SparseTree, TreeError, tree_buffers
+from rvqspec.core.tree import SparseTree, TreeError, tree_buffers
 
 
 def random_table(seed: int, K: int = 3, R: int = 6) -> np.ndarray:

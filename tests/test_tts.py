@@ -1,4 +1,4 @@
-"""The frame loop (rvqspec.tts) and the mini trainer's loss on tiny random models.
+"""The frame loop (rvqspec.core.frame_loop) and the mini trainer's loss on tiny random models.
 
 The key property: training (teacher forcing over a whole utterance) and inference (the
 frame-by-frame loop with a KV cache) build the same talker inputs, so the talker hidden states and
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from rvqspec.mini.talker_train import MiniModelConfig, _batch, losses, model_config
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
-from rvqspec.sampling import Sampling
-from rvqspec.tts import synthesize_codes, teacher_forced_frames, teacher_forced_talker
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.frame_loop import synthesize_codes, teacher_forced_frames, teacher_forced_talker
 
 CODEBOOK = 16
 
@@ -54,7 +54,7 @@ def test_free_running_equals_teacher_forced_on_own_codes(text_lead):
 def test_text_lead_reads_ahead_exactly_lead_frames_and_round_trips(tmp_path):
     """With text_lead L, frame t depends on text token t + L and not on t + L + 1; with L = 0 it
     does not depend on token t + 1 (the control). The lead survives save/load."""
-    from rvqspec.checkpoint import Qwen3TTS, load_qwen3_tts, save_qwen3_tts
+    from rvqspec.core.checkpoint import Qwen3TTS, load_qwen3_tts, save_qwen3_tts
 
     g = torch.Generator().manual_seed(3)
     text = torch.randint(5, 20, (1, 10), generator=g)
@@ -116,7 +116,7 @@ def test_training_step_lowers_loss_and_uses_inner_loop_layout():
         frame = torch.cat([c0, ar], dim=1)  # (1, 16)
         x = torch.cat([h, cp.embed_codes(frame[:, :15], torch.arange(15))], dim=1)  # (1, 16, E)
         pos = torch.arange(16).view(1, 16)
-        from rvqspec.model import causal_mask
+        from rvqspec.core.model import causal_mask
         hid_cp, _ = cp(x, pos, cp.new_cache(1, 16), torch.arange(16), causal_mask(pos, 16))
         tf = cp.lm_logits(hid_cp[:, 1:], torch.arange(15)).argmax(-1)  # (1, 15)
     assert torch.equal(tf, ar)

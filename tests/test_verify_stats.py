@@ -4,7 +4,7 @@ Setting: an explicit tiny "model" (vocab V = 8, fixed random logits for every pr
 plays the verifier. One speculative round runs over a draft tree; the codes it emits, completed by
 exact autoregressive sampling where the round emitted fewer than 3, give (c1, c2, c3). Their joint
 law must equal the exact AR joint P(c1) P(c2|c1) P(c3|c1,c2) computed by enumeration (after the
-deployed warpers, `rvqspec.sampling.probs`).
+deployed warpers, `rvqspec.core.sampling.probs`).
 
 Thresholds: N = 100,000 samples per setting; Pearson chi-square over the cells with positive exact
 probability; a correct rule FAILS if p < 1e-6, and a cell of exact probability 0 (e.g. a draft
@@ -19,9 +19,9 @@ import pytest
 import torch
 from scipy import stats
 
-from rvqspec.sampling import Sampling, probs
-from rvqspec.tree import SparseTree
-from rvqspec.verify import draw, verify_sampled, verify_walk
+from rvqspec.core.sampling import Sampling, probs
+from rvqspec.core.tree import SparseTree
+from rvqspec.core.verify import draw, verify_sampled, verify_walk
 
 V = 8
 L = 3  # codes whose joint is tested
@@ -117,7 +117,7 @@ def run_round(lm, tree, sampling, mode, rule, g, n=N_SAMPLES, depth_limit=None):
 
 def per_path_control(p, tokens, b, g):
     """WRONG on purpose (Medusa-style): one independent sample per root-to-leaf path, keep the longest."""
-    from rvqspec.verify import VerifyResult, _path
+    from rvqspec.core.verify import VerifyResult, _path
     n = p.shape[0]
     retrieve = b.retrieve  # (P, D+1)
     best_len = torch.full((n,), -1, dtype=torch.long)

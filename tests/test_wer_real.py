@@ -1,4 +1,4 @@
-"""The real-run WER harness (rvqspec.wer_real): seed Table 3 arithmetic on known records, and
+"""The real-run WER harness (rvqspec.real.wer): seed Table 3 arithmetic on known records, and
 `rvqspec real evaluate` end to end on a tiny official model with test doubles for the codec and the
 recognizer (tests/_real_plugins.py)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 
 from _tiny_official import SPEAKER, tiny_official
-from rvqspec.wer_real import RecognizerMap, markdown, parse_asr_for, table3
+from rvqspec.real.wer import RecognizerMap, markdown, parse_asr_for, table3
 
 
 def rec(id_, lang, seed, system, ref, hyp, frames=10, calls=150, sec=2.0):
@@ -84,11 +84,11 @@ def toy_mini(tmp_path_factory):
     on noise, and a Fleurs-like dataset whose items carry frame-aligned `phoneme_frames`."""
     import datasets
 
-    from rvqspec.checkpoint import Qwen3TTS, save_qwen3_tts
+    from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
     from rvqspec.mini.codec import CodecConfig, RVQCodec
     from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
     from rvqspec.mini.talker_train import MiniModelConfig, model_config
-    from rvqspec.model import CodeDecoder, MultiCodeDecoder
+    from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("toy_mini")
@@ -123,10 +123,10 @@ def test_mini_backend_extract_and_evaluate(toy_mini) -> None:
     from typer.testing import CliRunner
 
     from rvqspec.cli import app
-    from rvqspec.checkpoint import load_qwen3_tts
-    from rvqspec.datasets_real import DatasetSpec, MiniTeacherForcer, iter_items
-    from rvqspec.extract import ShardDataset
-    from rvqspec.tts import teacher_forced_frames
+    from rvqspec.core.checkpoint import load_qwen3_tts
+    from rvqspec.real.datasets import DatasetSpec, MiniTeacherForcer, iter_items
+    from rvqspec.measure.extract import ShardDataset
+    from rvqspec.core.frame_loop import teacher_forced_frames
     from test_scale import PLUGINS
 
     r = toy_mini
@@ -135,10 +135,10 @@ def test_mini_backend_extract_and_evaluate(toy_mini) -> None:
                               "--out", str(r / "shards"), "--codec", f"mini:{r / 'codec'}", "--backend", "mini",
                               "--dtype", "float32"])
     assert res.exit_code == 0, res.output
-    # the item's own phoneme_frames drive the talker (exact alignment): same states as rvqspec.tts
+    # the item's own phoneme_frames drive the talker (exact alignment): same states as rvqspec.core.frame_loop
     item = next(iter_items(DatasetSpec(str(r / "fleurs"), split="test")))
     forcer = MiniTeacherForcer(r / "model")
-    from rvqspec.datasets_real import mini_codec
+    from rvqspec.real.datasets import mini_codec
 
     codes = mini_codec(r / "codec").encode(item.audio, item.sampling_rate)
     m = load_qwen3_tts(r / "model")

@@ -74,7 +74,7 @@ def evaluate(
     """Per-language WER/CER of a recognizer on clean (and codec-resynthesized) corpus audio."""
     import torch
 
-    from rvqspec.asr import load_recognizer
+    from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.recognizer import evaluate_recognizer, format_table
 
     torch.set_num_threads(threads)
@@ -94,7 +94,7 @@ def transcribe(
     import numpy as np
     import soundfile as sf
 
-    from rvqspec.asr import load_recognizer
+    from rvqspec.real.asr import load_recognizer
 
     rec = load_recognizer(recognizer)
     for f in files:

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from rvqspec.bench_ar import BenchARConfig
+from rvqspec.real.bench_ar import BenchARConfig
 from rvqspec.commands.bench import bench_app
 
 _BENCH = BenchARConfig()  # the one place the bench defaults live
@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
                                                    "(config.json + model.safetensors)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
         """Architecture, parameter counts and per-call weight bytes of a Qwen3-TTS checkpoint."""
-        from rvqspec.checkpoint import CheckpointError, checkpoint_info
+        from rvqspec.core.checkpoint import CheckpointError, checkpoint_info
 
         try:
             data = checkpoint_info(path)
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, help="Also write the JSON to this file."),
     ) -> None:
         """AR code-predictor latency: ours vs the official generate loop vs the bandwidth floor."""
-        from rvqspec.bench_ar import run_bench_ar
+        from rvqspec.real.bench_ar import run_bench_ar
 
         bc = replace(_BENCH, calls=calls, frames=frames, warmup=warmup, threads=threads, preset=preset,
                      official=official, compiled=compiled, dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)

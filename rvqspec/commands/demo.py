@@ -1,6 +1,6 @@
 """`rvqspec demo` (the README's `make demo`) and `rvqspec report` (re-render from results.json).
 
-Defaults live in `rvqspec.demo.DemoConfig`; options left unset keep them.
+Defaults live in `rvqspec.workbench.demo.DemoConfig`; options left unset keep them.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         """Run the whole pipeline on the mini world and write report/index.html + report/results.json."""
         import dataclasses
 
-        from rvqspec.demo import DemoConfig, run_demo
+        from rvqspec.workbench.demo import DemoConfig, run_demo
 
         over = {k: v for k, v in dict(out=str(out), data_dir=str(data) if data else None,
                                       work=str(work) if work else None,
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         """Re-render index.html from a results.json (audio paths relative to its directory)."""
         import json
 
-        from rvqspec.report import render_report
+        from rvqspec.workbench.report import render_report
 
         try:
             data = json.loads(results.read_text())

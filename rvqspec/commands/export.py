@@ -26,13 +26,14 @@ _DRAFTER = typer.Option(None, "--drafter", help="offsets or shared_low_rank draf
 
 
 def _inputs(model: str, tree: Path, drafter: Optional[Path]):
-    from rvqspec.export.source import load_code_predictor, load_tree
+    from rvqspec.export.source import load_code_predictor
+    from rvqspec.measure.profile import load_tree
 
     t = load_tree(tree)  # cheap checks first: a bad tree fails before the model loads
     cp = load_code_predictor(model)
     d = None
     if drafter is not None:
-        from rvqspec.drafters import load_drafter
+        from rvqspec.core.drafters import load_drafter
 
         d = load_drafter(drafter, cp)
     return cp, t, d

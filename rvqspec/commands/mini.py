@@ -94,7 +94,7 @@ def evaluate_command(
         # torch's default (one thread per core) ran 8x slower per sentence on the shared 2-core
         # machine while two other single-thread jobs were running (measured: 12.8 s vs 1.0 s)
         torch.set_num_threads(threads)
-    from rvqspec.asr import load_recognizer
+    from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.evaluate import MiniEvalConfig, entropy_figure, evaluate_mini
     from rvqspec.mini.pipeline import MiniTTS
 

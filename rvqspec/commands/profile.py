@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rvqspec.profile import BACKENDS, DTYPES, ProfileConfig
+from rvqspec.measure.profile import BACKENDS, DTYPES, ProfileConfig
 
 _P = ProfileConfig()  # the one place the profile defaults live
 
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
                                                     "latencies with --acceptance (no timing)."),
     ) -> None:
         """p10/p50/p90 of the AR call and the verify call per N; overhead, speed-up, N* (seed 000 §3.4)."""
-        from rvqspec.profile import (BackendUnavailable, ProfileError, load_acceptance, profile, rescore,
+        from rvqspec.measure.profile import (BackendUnavailable, ProfileError, load_acceptance, profile, rescore,
                                      save_device_profile)
 
         try:
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             save_device_profile(result, out)
         if plot is not None:
-            from rvqspec.plots import figure4, write_figure
+            from rvqspec.workbench.plots import figure4, write_figure
 
             write_figure(figure4([result]), plot)
         if as_json:
@@ -87,8 +87,8 @@ def register(app: typer.Typer) -> None:
                     out: Path = typer.Option(..., "--out", help="HTML file (a PNG next to it if kaleido exists)."),
                     title: Optional[str] = typer.Option(None, "--title")) -> None:
         """Seed 000 Figure 4 for measured devices: speed-up vs N per profile under the acceptance ceiling."""
-        from rvqspec.plots import figure4, write_figure
-        from rvqspec.profile import ProfileError, load_device_profile
+        from rvqspec.workbench.plots import figure4, write_figure
+        from rvqspec.measure.profile import ProfileError, load_device_profile
 
         try:
             dicts = [load_device_profile(p).raw for p in profiles]

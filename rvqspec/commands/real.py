@@ -6,7 +6,7 @@
     mini-datasets   the mini corpus in the three real layouts (to rehearse the runbook)
 
 Every command runs the same under plain `python` (one process) and under `accelerate launch`
-(`rvqspec.scale`). Heavy imports happen inside the commands.
+(`rvqspec.real.distributed`). Heavy imports happen inside the commands.
 """
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ def extract_cmd(
     for tree calibration (§3.3). Calibrate and grow trees with `rvqspec spec calibrate / grow-tree`."""
     import torch
 
-    from rvqspec.datasets_real import codec_from_spec, text_ids_from_spec
-    from rvqspec.scale import (ExtractJob, ScaleConfig, extract_sharded, finish_distributed, merge_extraction,
+    from rvqspec.real.datasets import codec_from_spec, text_ids_from_spec
+    from rvqspec.real.distributed import (ExtractJob, ScaleConfig, extract_sharded, finish_distributed, merge_extraction,
                                topology, wait_for_everyone)
 
     torch.set_num_threads(threads)
@@ -91,7 +91,7 @@ def train_offsets_cmd(
     model: Path = typer.Argument(..., help="official Qwen3-TTS checkpoint directory"),
     shards: Path = typer.Argument(..., help="merged extraction directory (manifest.json)"),
     out: Path = typer.Option(..., help="drafter file to write (.safetensors)"),
-    kind: str = typer.Option("offsets", help="drafter kind (rvqspec.drafters.make_drafter)"),
+    kind: str = typer.Option("offsets", help="drafter kind (rvqspec.core.drafters.make_drafter)"),
     num_offsets: int = typer.Option(3, help="K"),
     epochs: int = typer.Option(1),
     batch_size: int = typer.Option(32, help="per process (seed: 32 on one GPU)"),
@@ -103,9 +103,9 @@ def train_offsets_cmd(
     """Train the position offsets data-parallel (gradients averaged across processes)."""
     import torch
 
-    from rvqspec.checkpoint import load_qwen3_tts
-    from rvqspec.drafters import make_drafter
-    from rvqspec.scale import DistTrainConfig, finish_distributed, train_offsets_distributed, write_json_atomic
+    from rvqspec.core.checkpoint import load_qwen3_tts
+    from rvqspec.core.drafters import make_drafter
+    from rvqspec.real.distributed import DistTrainConfig, finish_distributed, train_offsets_distributed, write_json_atomic
 
     torch.set_num_threads(threads)
     from accelerate import Accelerator
@@ -156,13 +156,13 @@ def evaluate_cmd(
     """Seed Table 3: per language, tokens/step and WER/CER of AR vs speculative synthesis."""
     import torch
 
-    from rvqspec.datasets_real import DatasetSpec, codec_from_spec, count_items, iter_range, text_ids_from_spec
-    from rvqspec.drafters import load_drafter
-    from rvqspec.official_accel import load_official_model, shared_code_predictor
-    from rvqspec.scale import (ScaleConfig, finish_distributed, num_units, run_units, topology,
+    from rvqspec.real.datasets import DatasetSpec, codec_from_spec, count_items, iter_range, text_ids_from_spec
+    from rvqspec.core.drafters import load_drafter
+    from rvqspec.real.official_pipeline import load_official_model, shared_code_predictor
+    from rvqspec.real.distributed import (ScaleConfig, finish_distributed, num_units, run_units, topology,
                                unit_items as unit_range, wait_for_everyone)
-    from rvqspec.tree import SparseTree
-    from rvqspec.wer_real import (EvalConfig, MiniSynthesizer, OfficialSynthesizer, RecognizerMap, evaluate_unit,
+    from rvqspec.core.tree import SparseTree
+    from rvqspec.real.wer import (EvalConfig, MiniSynthesizer, OfficialSynthesizer, RecognizerMap, evaluate_unit,
                                   merge_eval, parse_asr_for, run_items)
 
     torch.set_num_threads(threads)
@@ -211,6 +211,6 @@ def mini_datasets_cmd(
     eval_per_language: Optional[int] = typer.Option(None, help="Fleurs-like items per language"),
 ) -> None:
     """The mini corpus written in the VoxPopuli / LibriSpeech / Fleurs layouts, to rehearse the runbook."""
-    from rvqspec.datasets_real import write_mini_layouts
+    from rvqspec.real.datasets import write_mini_layouts
 
     typer.echo(json.dumps(write_mini_layouts(corpus, out, train, calibration, eval_per_language), indent=2))

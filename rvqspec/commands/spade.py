@@ -78,7 +78,7 @@ def importance_cmd(
 
     import torch
 
-    from rvqspec.asr import load_recognizer
+    from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.pipeline import MiniTTS
     from rvqspec.spade.evaluate import write_json
     from rvqspec.spade.importance import ImportanceConfig, importance_figure, layer_importance
@@ -115,7 +115,7 @@ def prune_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Prune the talker to the kept layers (no distillation) and save it in the official layout."""
-    from rvqspec.checkpoint import load_qwen3_tts
+    from rvqspec.core.checkpoint import load_qwen3_tts
     from rvqspec.spade.distill import save_student, student_code_predictor
     from rvqspec.spade.prune import count_parameters, prune_talker
 
@@ -149,7 +149,7 @@ def distill_cmd(
     """Prune and heal the talker by multi-level distillation from the unpruned teacher."""
     import dataclasses
 
-    from rvqspec.checkpoint import load_qwen3_tts
+    from rvqspec.core.checkpoint import load_qwen3_tts
     from rvqspec.spade.distill import DistillConfig, distill, save_student
     from rvqspec.spade.evaluate import write_json
 
@@ -235,7 +235,7 @@ def project_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Full-size projection: talker step (28 vs 14 layers) and code-predictor frame (AR vs speculative)."""
-    from rvqspec.config import TalkerConfig
+    from rvqspec.core.config import TalkerConfig
     from rvqspec.spade.evaluate import project_full_size, project_variants, projection_table, write_json
     from rvqspec.spade.prune import default_depth
 

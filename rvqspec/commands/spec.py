@@ -30,7 +30,7 @@ class SpecCLIDefaults:
     run_frames: int = 200
     timing_frames: int = 200
     seed: int = 0
-    frames_fn: str = "rvqspec.bench_spec:mini_frames"  # the mini world's corpus + teacher-forced talker
+    frames_fn: str = "rvqspec.mini.frames:mini_frames"  # the mini world's corpus + teacher-forced talker
 
 
 _D = SpecCLIDefaults()
@@ -39,7 +39,7 @@ spec_app = typer.Typer(help="RVQ position-aware speculative decoding: extraction
 
 
 def _load_cp(model_dir: Path):
-    from rvqspec.checkpoint import load_qwen3_tts
+    from rvqspec.core.checkpoint import load_qwen3_tts
 
     return load_qwen3_tts(model_dir, parts=("code_predictor",)).code_predictor
 
@@ -60,7 +60,7 @@ def _frames_fn(spec: Optional[str]):
 
 def _tree_from_acceptance(acc: dict, source: Path, drafter_name: str, budget: int):
     """The budget-N tree of one drafter in a `bench acceptance` result (keys are str after JSON)."""
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.tree import SparseTree
 
     entry = acc.get("drafters", {}).get(drafter_name)
     if entry is None or str(budget) not in entry["trees"]:
@@ -69,7 +69,7 @@ def _tree_from_acceptance(acc: dict, source: Path, drafter_name: str, budget: in
 
 
 def _emit(result: dict, as_json: bool, out: Optional[Path]) -> None:
-    from rvqspec.jsonfile import write_json_atomic
+    from rvqspec.core.jsonfile import write_json_atomic
 
     text = json.dumps(result, indent=1, default=str)
     if out:
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         """Extract hidden states h_1..h_15 + codes into shards (seed 000 §2.2)."""
         import torch
 
-        from rvqspec.extract import extract
+        from rvqspec.measure.extract import extract
 
         cp = _load_cp(model_dir)
         utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=max_utterances)
@@ -115,8 +115,8 @@ def register(app: typer.Typer) -> None:
         """Train a drafter over the frozen code predictor (Adam 1e-3, batch 32)."""
         from dataclasses import replace
 
-        from rvqspec.drafters import make_drafter
-        from rvqspec.train_drafter import DrafterTrainConfig, train_drafter
+        from rvqspec.core.drafters import make_drafter
+        from rvqspec.measure.train_drafter import DrafterTrainConfig, train_drafter
 
         cp = _load_cp(model_dir)
         cfg = DrafterTrainConfig()
@@ -138,9 +138,9 @@ def register(app: typer.Typer) -> None:
         max_rank: int = typer.Option(_D.max_rank, help="Ranks per depth in the table."),
     ) -> None:
         """Acceptance statistics acc(depth, rank) on a calibration set."""
-        from rvqspec.acceptance import acceptance_table
-        from rvqspec.drafters import load_drafter, make_drafter
-        from rvqspec.extract import ShardDataset
+        from rvqspec.measure.acceptance import acceptance_table
+        from rvqspec.core.drafters import load_drafter, make_drafter
+        from rvqspec.measure.extract import ShardDataset
 
         cp = _load_cp(model_dir)
         d = load_drafter(drafter, cp) if drafter else make_drafter("reused", cp)
@@ -158,8 +158,8 @@ def register(app: typer.Typer) -> None:
         max_depth: int = typer.Option(_D.max_depth, help="Depth cap K."),
     ) -> None:
         """Greedy Medusa tree growth from an acceptance table."""
-        from rvqspec.acceptance import AcceptanceTable
-        from rvqspec.tree import SparseTree
+        from rvqspec.measure.acceptance import AcceptanceTable
+        from rvqspec.core.tree import SparseTree
 
         table = AcceptanceTable.from_json(json.loads(acceptance.read_text()), where=str(acceptance))
         tree = SparseTree.grow(table.acc, budget, max_depth=max_depth)
@@ -182,9 +182,9 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, help="Also write the JSON here."),
     ) -> None:
         """Tokens per call per drafter x language x N, oracle ceiling, added parameters."""
-        from rvqspec.bench_spec import bench_acceptance
-        from rvqspec.drafters import load_drafter, make_drafter
-        from rvqspec.extract import ShardDataset
+        from rvqspec.measure.bench_spec import bench_acceptance
+        from rvqspec.core.drafters import load_drafter, make_drafter
+        from rvqspec.measure.extract import ShardDataset
 
         cp = _load_cp(model_dir)
         drafters = {"reused": make_drafter("reused", cp)}
@@ -216,16 +216,16 @@ def register(app: typer.Typer) -> None:
         full_size: bool = typer.Option(True, help="Also time q=1 vs q=N+1 on a random full-size code predictor."),
         threads: Optional[int] = typer.Option(None, help="torch threads for the full-size timing."),
         compiled: bool = typer.Option(False, help="Full size: also time the q=1 step and the verify calls with "
-                                      "the Inductor-compiled decoder stack (rvqspec.compiled; about a minute per N)."),
+                                      "the Inductor-compiled decoder stack (rvqspec.core.compiled; about a minute per N)."),
         as_json: bool = typer.Option(False, "--json"),
         out: Optional[Path] = typer.Option(None),
     ) -> None:
         """Wall-clock inner loop AR vs speculative (mini) and the full-size verify overhead / projection."""
-        from rvqspec.bench_spec import (bench_full_size, bench_inner_loop, frames_for_timing,
+        from rvqspec.measure.bench_spec import (bench_full_size, bench_inner_loop, frames_for_timing,
                                         tokens_per_call_from_acceptance)
-        from rvqspec.drafters import load_drafter
-        from rvqspec.spec import SpeculativeCodePredictor
-        from rvqspec.tree import SparseTree
+        from rvqspec.core.drafters import load_drafter
+        from rvqspec.core.speculative import SpeculativeCodePredictor
+        from rvqspec.core.tree import SparseTree
 
         acc = json.loads(acceptance_json.read_text())
         tpc = tokens_per_call_from_acceptance(acc, drafter_name)
@@ -265,14 +265,14 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None),
     ) -> None:
         """Lossless check on a trained model: exact AR law of (c1, c2) and c3, and every code's marginal
-        against AR frames, for the deployed sampling; negative controls must fail (rvqspec.lossless)."""
+        against AR frames, for the deployed sampling; negative controls must fail (rvqspec.measure.lossless)."""
         import torch
 
-        from rvqspec.bench_spec import frames_for_timing
-        from rvqspec.drafters import load_drafter
-        from rvqspec.lossless import LosslessConfig, lossless_report
-        from rvqspec.spec import SpeculativeCodePredictor
-        from rvqspec.tree import SparseTree
+        from rvqspec.measure.bench_spec import frames_for_timing
+        from rvqspec.core.drafters import load_drafter
+        from rvqspec.measure.lossless import LosslessConfig, lossless_report
+        from rvqspec.core.speculative import SpeculativeCodePredictor
+        from rvqspec.core.tree import SparseTree
 
         if threads:
             torch.set_num_threads(threads)

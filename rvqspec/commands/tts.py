@@ -14,9 +14,9 @@ def _inner(tts, drafter: Optional[Path], tree: Optional[Path]):
         return None
     if drafter is None or tree is None:
         raise typer.BadParameter("speculative mode needs both --drafter and --tree")
-    from rvqspec.drafters import load_drafter
-    from rvqspec.spec import SpeculativeCodePredictor
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.drafters import load_drafter
+    from rvqspec.core.speculative import SpeculativeCodePredictor
+    from rvqspec.core.tree import SparseTree
 
     return SpeculativeCodePredictor(tts.code_predictor, load_drafter(drafter), SparseTree.from_json(tree.read_text()))
 
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         import soundfile as sf
 
         from rvqspec.mini.pipeline import MiniTTS
-        from rvqspec.sampling import Sampling
+        from rvqspec.core.sampling import Sampling
 
         tts = MiniTTS.load(data, model_dir=model)
         syn = tts.synthesize(text, lang, seed=seed, sampling=Sampling.greedy() if greedy else Sampling(),
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
             tree: Optional[Path] = typer.Option(None, "--tree"),
             as_json: bool = typer.Option(False, "--json")):
         """Synthesize each line, transcribe it, report WER and CER (CER is the headline for ja/zh)."""
-        from rvqspec.asr import load_recognizer
+        from rvqspec.real.asr import load_recognizer
         from rvqspec.mini.pipeline import MiniTTS, default_data_dir, intelligibility
 
         if not texts.exists():

@@ -30,7 +30,7 @@ import torch
 from rvqspec.export import CoreMLConfig
 from rvqspec.export.files import MANIFEST, atomic_dir, manifest
 from rvqspec.export.wrappers import ExportError, RoundGraph, ar_graph, as_float32, fused_graph
-from rvqspec.tree import SparseTree
+from rvqspec.core.tree import SparseTree
 
 QUANT_OPS = ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale")
 PACKAGE = "CodePredictor.mlpackage"            # multifunction: functions "ar", "fused"

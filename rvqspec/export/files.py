@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rvqspec.export.wrappers import ExportError, RoundGraph
-from rvqspec.tree import SparseTree
+from rvqspec.core.tree import SparseTree
 
 MANIFEST = "manifest.json"
 
@@ -44,7 +44,7 @@ def atomic_dir(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
 def manifest(code_predictor, tree: SparseTree, graphs: dict[str, RoundGraph], drafter, **extra) -> dict:
     """What a host needs besides the graphs: input/output names and shapes per graph, the tree,
     the cache layout, the drafter kind and the code predictor's hash (to refuse a mismatch)."""
-    from rvqspec.checkpoint import model_hash
+    from rvqspec.core.checkpoint import model_hash
 
     def io(g: RoundGraph, name: str) -> dict:
         s = g.spec(name)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rvqspec.export.wrappers import MASK_VALUE, ExportError, RoundGraph
-from rvqspec.tree import SparseTree
+from rvqspec.core.tree import SparseTree
 
 Call = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 

@@ -18,7 +18,7 @@ import torch
 
 from rvqspec.export.files import MANIFEST, atomic_dir, manifest
 from rvqspec.export.wrappers import ExportError, RoundGraph, ar_graph, as_float32, fused_graph
-from rvqspec.tree import SparseTree
+from rvqspec.core.tree import SparseTree
 
 OPSET = 18
 AR_FILE = "code_predictor_ar.onnx"

@@ -7,8 +7,6 @@ import torch
 from torch import nn
 
 from rvqspec.export.wrappers import ExportError
-from rvqspec.jsonfile import read_json
-from rvqspec.tree import SparseTree
 
 
 def load_code_predictor(spec: str | Path, dtype: torch.dtype = torch.float32, seed: int = 0):
@@ -16,11 +14,11 @@ def load_code_predictor(spec: str | Path, dtype: torch.dtype = torch.float32, se
     weights, std 0.02 as HF initialisation, norms at 1; latency and export do not depend on values)."""
     p = Path(spec)
     if p.exists():
-        from rvqspec.checkpoint import load_qwen3_tts
+        from rvqspec.core.checkpoint import load_qwen3_tts
 
         return load_qwen3_tts(p, dtype=dtype, parts=("code_predictor",)).code_predictor.eval()
-    from rvqspec.config import CodePredictorConfig, TalkerConfig
-    from rvqspec.model import MultiCodeDecoder
+    from rvqspec.core.config import CodePredictorConfig, TalkerConfig
+    from rvqspec.core.model import MultiCodeDecoder
 
     try:
         cfg = CodePredictorConfig.from_name(str(spec))
@@ -38,14 +36,3 @@ def load_code_predictor(spec: str | Path, dtype: torch.dtype = torch.float32, se
         c0.weight.copy_(torch.randn(c0.weight.shape, generator=g) * 0.02)
     cp.set_c0_embedding(c0)
     return cp.to(dtype)
-
-
-def load_tree(path: str | Path, acceptance_table=None) -> SparseTree:
-    """A tree JSON (list of rank paths, or {"paths": [...]}) or a device profile JSON (its N* tree)."""
-    p = Path(path)
-    d = read_json(p, ExportError, "no such tree file")
-    if isinstance(d, dict) and str(d.get("schema", "")).startswith("rvqspec.device_profile"):
-        from rvqspec.profile import DeviceProfile, tree_for_profile
-
-        return tree_for_profile(DeviceProfile.from_dict(d, str(p)), acceptance_table)
-    return SparseTree.from_json(p.read_text(), source=str(p))

@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rvqspec.tree import SparseTree
+from rvqspec.core.tree import SparseTree
 
 MASK_VALUE = -1e4  # additive "not visible" (fp16 safe; see module docstring)
 HEAD_MODES = ("window", "all")  # how a graph reaches the LM heads (module docstring, "Heads")
@@ -93,7 +93,7 @@ def offsets_from_drafter(drafter, code_predictor, depth: int) -> torch.Tensor:
     H = code_predictor.config.hidden_size
     if drafter is None:
         return torch.zeros(depth, H)  # (D, H)
-    from rvqspec.drafters import PositionOffsets, SharedLowRankOffsets
+    from rvqspec.core.drafters import PositionOffsets, SharedLowRankOffsets
 
     if type(drafter) not in (PositionOffsets, SharedLowRankOffsets):
         raise ExportError(f"only offsets and shared_low_rank drafters can be exported (position-independent "
@@ -107,7 +107,7 @@ def offsets_from_drafter(drafter, code_predictor, depth: int) -> torch.Tensor:
 
 def low_rank_from_drafter(drafter, depth: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(V (D, H, r), U (D, r, H)) float32 of a `SharedLowRankOffsets` drafter, else None."""
-    from rvqspec.drafters import SharedLowRankOffsets
+    from rvqspec.core.drafters import SharedLowRankOffsets
 
     if type(drafter) is not SharedLowRankOffsets:
         return None
@@ -164,7 +164,7 @@ class RoundGraph(nn.Module):
         self.n_rep = c.num_attention_heads // c.num_key_value_heads  # query heads per KV head (GQA)
         self.eps = c.rms_norm_eps
         self.mask_value = float(mask_value)
-        # depth spans: canonical tree order keeps each depth contiguous (rvqspec.tree)
+        # depth spans: canonical tree order keeps each depth contiguous (rvqspec.core.tree)
         depth = b.depth
         self.spans = []
         for d in range(self.D + 1):

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rvqspec.jsonfile import read_json
+from rvqspec.core.jsonfile import read_json
 from rvqspec.mini.paths import MANIFEST_FILE, MiniPaths
 
 STEPS = ("corpus", "codec", "recognizer", "model")
@@ -92,7 +92,7 @@ def artifact_table(data_dir: Path) -> dict[str, dict]:
 
 
 def _write_json_atomic(path: Path, payload: dict) -> None:
-    from rvqspec.jsonfile import write_json_atomic
+    from rvqspec.core.jsonfile import write_json_atomic
 
     write_json_atomic(path, payload, indent=2, ensure_ascii=False)
 

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from rvqspec.sampling import Sampling, probs
+from rvqspec.core.sampling import Sampling, probs
 
 LANGUAGES = ("en", "de", "es", "ru", "ja", "zh")
 
@@ -37,7 +37,7 @@ def depth_entropy(tts, texts: Sequence[np.ndarray], codes: Sequence[np.ndarray],
     c0 comes from the talker's codec head (restricted to the codebook), c1..c15 from the code
     predictor's heads. Returns {"softmax": [16], "sampled": [16]}: the tempered softmax, and the
     top-k/top-p distribution the deployed sampler draws from."""
-    from rvqspec.tts import teacher_forced_inner, teacher_forced_talker
+    from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
 
     talker, cp, cb = tts.talker, tts.code_predictor, tts.codebook_size
     tempered = Sampling(do_sample=True, top_k=0, top_p=1.0, temperature=sampling.temperature)

@@ -15,8 +15,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from rvqspec.sampling import Sampling
-from rvqspec.tts import FrameCompleter, SynthesisStats, synthesize_codes
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.frame_loop import FrameCompleter, SynthesisStats, synthesize_codes
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "mini"
 
@@ -42,7 +42,7 @@ class Synthesis:
 class MiniTTS:
     """The mini Qwen3-TTS: model (official layout), phoneme tokenizer, codec."""
 
-    model: object  # rvqspec.checkpoint.Qwen3TTS
+    model: object  # rvqspec.core.checkpoint.Qwen3TTS
     tokenizer: object  # rvqspec.mini.phonemes.PhonemeTokenizer
     codec: object  # rvqspec.mini.codec.RVQCodec
     model_dir: Path | None = None
@@ -51,7 +51,7 @@ class MiniTTS:
     @classmethod
     def load(cls, data_dir: str | Path | None = None, model_dir: str | Path | None = None,
              codec_dir: str | Path | None = None, dtype: torch.dtype = torch.float32) -> "MiniTTS":
-        from rvqspec.checkpoint import load_qwen3_tts
+        from rvqspec.core.checkpoint import load_qwen3_tts
         from rvqspec.mini.codec import RVQCodec
         from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 
@@ -114,7 +114,7 @@ def intelligibility(tts: MiniTTS, texts: Sequence[str], language: str, recognize
     ja/zh as in seed 000 Table 3). Returns corpus-level rates plus per-clip rows."""
     from tqdm.auto import tqdm
 
-    from rvqspec.metrics import score
+    from rvqspec.measure.metrics import score
 
     clips, refs, hyps = [], [], []
     items = [(t, s) for s in seeds for t in texts]

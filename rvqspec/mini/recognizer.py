@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rvqspec.metrics import normalize, score
+from rvqspec.measure.metrics import normalize, score
 
 SAMPLE_RATE = 16000
 BLANK = "<blank>"
@@ -733,7 +733,7 @@ def train_recognizer(corpus_dir: str | Path, codec_dir, out_dir: str | Path,
 def evaluate_recognizer(recognizer, corpus_dir: str | Path, codec=None, split: str = "eval",
                         languages: Sequence[str] | None = None, max_per_language: int | None = None,
                         progress: bool = True) -> list[dict]:
-    """Per-language WER/CER of `recognizer` (an `rvqspec.asr.Recognizer`) on a corpus split.
+    """Per-language WER/CER of `recognizer` (an `rvqspec.real.asr.Recognizer`) on a corpus split.
 
     Rows {split, language, condition, n, wer, cer, error, metric}: condition "clean" is the
     espeak-ng audio as stored; with `codec` (an RVQCodec or its directory) each language also gets

@@ -3,7 +3,7 @@
 The model is the exact Qwen3-TTS architecture at small size (issue 3): a 4-layer talker of width
 192 and a 3-layer code predictor of width 128, so `small_to_mtp_projection` is a real Linear as in
 the 1.7B release. Both are trained jointly with teacher forcing on the Qwen3-TTS input scheme
-(`rvqspec.tts.talker_inputs`): cross-entropy on c0 from the talker's codec head plus cross-entropy
+(`rvqspec.core.frame_loop.talker_inputs`): cross-entropy on c0 from the talker's codec head plus cross-entropy
 on c1..c15 from the code predictor, whose prefill is [talker hidden, emb(c0)] exactly as at
 inference (the talker hidden carries gradient, as in the official sub-talker fine-tuning).
 The result is saved in the official checkpoint layout, so `load_qwen3_tts` reads it exactly as it
@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from rvqspec.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 
 NUM_SPECIAL_CODEC_TOKENS = 8  # pad, bos, eos, think, nothink, think_bos, think_eos, spare
 
@@ -171,7 +171,7 @@ def losses(talker: CodeDecoder, cp: MultiCodeDecoder, text: torch.Tensor, codes:
     """Teacher-forced (c0 loss, c1..c15 loss) of one batch: text (B, T), codes (B, T, 16), valid (B, T).
     The code-predictor loss uses at most `cp_frames` random frames of the batch. `input_codes`
     (B, T, 16): what the talker reads as the previous frames' codes (default: codes)."""
-    from rvqspec.tts import teacher_forced_talker
+    from rvqspec.core.frame_loop import teacher_forced_talker
 
     hidden, logits = teacher_forced_talker(talker, cp, text, codes if input_codes is None else input_codes)
     return losses_from_talker(cp, hidden, logits, codes, valid, cp_frames, generator)
@@ -183,7 +183,7 @@ def losses_from_talker(cp: MultiCodeDecoder, hidden: torch.Tensor, logits: torch
     """`losses` given the talker's output over the T frames: hidden (B, T, E) after the final norm and
     c0 logits (B, T, V). SPADE's distillation passes its own traced forward here, so the student
     runs once per step."""
-    from rvqspec.tts import teacher_forced_inner
+    from rvqspec.core.frame_loop import teacher_forced_inner
 
     loss_c0 = F.cross_entropy(logits[valid], codes[..., 0][valid])
     h = hidden[valid].unsqueeze(1)  # (N, 1, E): one code-predictor sequence per real frame
@@ -203,7 +203,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
                      init_dir: str | Path | None = None) -> dict:
     """Train the mini model and save it in the official layout at out_dir. Returns metrics.
     `init_dir`: continue from that checkpoint's weights (same sizes) instead of a random init."""
-    from rvqspec.checkpoint import Qwen3TTS, save_qwen3_tts
+    from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
     from rvqspec.mini.codec import RVQCodec
     from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 
@@ -228,7 +228,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     talker, cp = CodeDecoder(qcfg.talker), MultiCodeDecoder(qcfg.code_predictor)
     cp.set_c0_embedding(talker.model.codec_embedding)
     if init_dir is not None:
-        from rvqspec.checkpoint import load_qwen3_tts
+        from rvqspec.core.checkpoint import load_qwen3_tts
 
         init = load_qwen3_tts(init_dir)
         talker.load_state_dict(init.talker.state_dict())

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 from rvqspec.spade.trace import Trace, trace_talker
 
 TARGET_MODES = ("dynamic", "index")
@@ -169,7 +169,7 @@ def distill_losses(student: CodeDecoder, teacher: CodeDecoder, student_cp: Multi
                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """All loss terms of one batch and their combination 'total' (differentiable in the student)."""
     from rvqspec.mini.talker_train import losses_from_talker
-    from rvqspec.tts import talker_inputs
+    from rvqspec.core.frame_loop import talker_inputs
 
     c = config
     with torch.no_grad():
@@ -276,7 +276,7 @@ def save_student(student: CodeDecoder, code_predictor: MultiCodeDecoder, teacher
     """Write the student in the official layout (talker with fewer layers + the same code
     predictor), with the teacher's phoneme tokenizer and mini_model.json copied beside it and
     `spade.json` (`info`). Written to a temporary sibling and renamed: nothing half-written."""
-    from rvqspec.checkpoint import Qwen3TTS, save_qwen3_tts
+    from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
 
     out = Path(out_dir)
     cfg = replace(teacher_config, talker=copy.deepcopy(student.config))

@@ -140,9 +140,9 @@ def evaluate_variant(tts, texts: Sequence[str], recognizer, seeds: Sequence[int]
 def load_inner(code_predictor, drafter_path: str | Path | None, tree_path: str | Path | None, num_offsets: int = 3):
     """A SpeculativeCodePredictor over `code_predictor` with the saved drafter and tree, or (when
     none are given) zero position offsets and a small chain tree. Returns (inner, description)."""
-    from rvqspec.drafters import PositionOffsets, load_drafter
-    from rvqspec.spec import SpeculativeCodePredictor
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.drafters import PositionOffsets, load_drafter
+    from rvqspec.core.speculative import SpeculativeCodePredictor
+    from rvqspec.core.tree import SparseTree
 
     c = code_predictor.config
     if drafter_path:
@@ -218,12 +218,12 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
     interleaved timing benchmark (`timing_benchmark`) on the first `config.timing_texts` texts.
     Returns dict(config, rows=[...]); a row's `rtf`/`ms_per_frame` come from the benchmark and
     the timings of the WER pass are kept as `*_wer_pass`."""
-    from rvqspec.asr import load_recognizer
+    from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.pipeline import MiniTTS
     from rvqspec.spade.importance import heldout_texts
 
     texts = heldout_texts(corpus_dir, config.split, config.language, config.texts)
-    from rvqspec.asr import DEFAULT_RECOGNIZER
+    from rvqspec.real.asr import DEFAULT_RECOGNIZER
 
     rec_id = fingerprint(recognizer_dir or DEFAULT_RECOGNIZER)
     rec = load_recognizer(recognizer_dir)
@@ -236,7 +236,7 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
             inner, inner_desc = load_inner(tts.code_predictor, drafter, tree)
             pipelines[f"{name} / speculative"] = (tts, inner)
             meta[f"{name} / speculative"] = dict(model=name, model_dir=str(model_dir), inner="speculative")
-    from rvqspec.checkpoint import model_hash
+    from rvqspec.core.checkpoint import model_hash
 
     rows = []
     for label, (tts, inner) in pipelines.items():
@@ -278,7 +278,7 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
 # ---------------------------------------------------------------------------------------------
 def _random_module(cls, cfg, seed: int = 0):
     """A module with N(0, 0.02) weights and unit norms, built without the slow default init."""
-    from rvqspec.model import Rope
+    from rvqspec.core.model import Rope
 
     with torch.device("meta"):
         m = cls(cfg)
@@ -318,9 +318,9 @@ def project_full_size(preset: str = "0.6b", keep_layers: int = 14, context: int 
     call of the speculative code predictor (15 / calls per frame)."""
     from tqdm.auto import tqdm
 
-    from rvqspec.config import CodePredictorConfig, TalkerConfig
-    from rvqspec.model import CodeDecoder, MultiCodeDecoder
-    from rvqspec.sampling import Sampling
+    from rvqspec.core.config import CodePredictorConfig, TalkerConfig
+    from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+    from rvqspec.core.sampling import Sampling
 
     torch.set_num_threads(threads)
     full = talker_config or TalkerConfig.from_name(preset)  # (configs given: tests on tiny sizes)
@@ -501,6 +501,6 @@ def results_figure(rows: Sequence[dict]):
 
 def write_json(obj, path: str | Path) -> Path:
     """Write JSON via a temporary file and an atomic rename (numpy scalars as floats)."""
-    from rvqspec.jsonfile import write_json_atomic
+    from rvqspec.core.jsonfile import write_json_atomic
 
     return write_json_atomic(path, obj, indent=2, default=float)

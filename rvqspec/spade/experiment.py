@@ -71,7 +71,7 @@ def _student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, cor
     from rvqspec.spade.evaluate import write_json
     from rvqspec.spade.prune import prune_talker
 
-    from rvqspec.checkpoint import model_hash
+    from rvqspec.core.checkpoint import model_hash
 
     meta = out / "spade.json"
     want = dict(keep_layers=keep, distill=asdict(cfg) if cfg else None, teacher_hash=model_hash(teacher.talker))
@@ -96,8 +96,8 @@ def _student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, cor
 def run_experiment(config: ExperimentConfig = ExperimentConfig(), progress: bool = True) -> dict:
     import torch
 
-    from rvqspec.asr import load_recognizer
-    from rvqspec.checkpoint import load_qwen3_tts, model_hash
+    from rvqspec.real.asr import load_recognizer
+    from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
     from rvqspec.mini.pipeline import MiniTTS, default_data_dir
     from rvqspec.spade.evaluate import (evaluate_models, fingerprint, project_full_size, project_variants,
                                         results_figure, write_json)

@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 from rvqspec.spade.prune import prune_talker, select_layers
 
 
@@ -41,7 +41,7 @@ def cosine_importance(talker: CodeDecoder, code_predictor: MultiCodeDecoder, tex
     """Per layer: mean over real frames of 1 - cos(layer input, layer output) (residual stream),
     teacher-forced on text (B, T), codes (B, T, 16), valid (B, T) bool."""
     from rvqspec.spade.trace import trace_talker
-    from rvqspec.tts import talker_inputs
+    from rvqspec.core.frame_loop import talker_inputs
 
     tr = trace_talker(talker, talker_inputs(talker, code_predictor, text, codes), attentions=False, logits=False)
     valid = F.pad(valid, (talker.config.text_lead, 0), value=False)  # a text-lead prefix is not a frame
@@ -87,7 +87,7 @@ def heldout_texts(corpus_dir: str | Path, split: str, language: str = "en", limi
 
 def with_talker(tts, talker: CodeDecoder, code_predictor: MultiCodeDecoder | None = None):
     """A MiniTTS sharing tokenizer and codec with `tts` but synthesizing with another talker."""
-    from rvqspec.checkpoint import Qwen3TTS
+    from rvqspec.core.checkpoint import Qwen3TTS
     from rvqspec.mini.pipeline import MiniTTS
 
     m = tts.model

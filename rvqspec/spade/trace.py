@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rvqspec.model import CodeDecoder, attention_qkv, mlp_residual, rms_norm
+from rvqspec.core.model import CodeDecoder, attention_qkv, mlp_residual, rms_norm
 
 
 @dataclass
@@ -37,7 +37,7 @@ def trace_talker(talker: CodeDecoder, inputs_embeds: torch.Tensor, attentions: b
     """Causal whole-sequence forward of `talker` on inputs_embeds (B, T, H) at positions 0..T-1.
 
     Right padding needs no key mask: the causal mask already hides later (padded) frames from every
-    real frame (as in `rvqspec.tts.teacher_forced_talker`)."""
+    real frame (as in `rvqspec.core.frame_loop.teacher_forced_talker`)."""
     c = talker.config
     if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != c.hidden_size:
         raise ValueError(f"trace_talker: inputs_embeds must be (B, T, {c.hidden_size}), "

@@ -11,7 +11,7 @@
   projected speedup(N) = tokens_per_call(N) / (1 + overhead(N)) from a mini-world acceptance JSON,
   and the chosen N* (seed 000 §3.4: acceptance is device independent, only the overhead is profiled).
   With `compiled=True` the same q=1 step and q=N+1 verify calls are also timed with the decoder
-  stack compiled by Inductor (`rvqspec.compiled`: frozen, prepacked weights), whose GEMMs stay
+  stack compiled by Inductor (`rvqspec.core.compiled`: frozen, prepacked weights), whose GEMMs stay
   bandwidth-bound for small q, so the verify overhead is much smaller (`*_compiled` fields).
 """
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from rvqspec.acceptance import (acceptance_table, measure_tokens_per_call, oracle_tokens_per_call,
+from rvqspec.measure.acceptance import (acceptance_table, measure_tokens_per_call, oracle_tokens_per_call,
                                 replay_tokens_per_call)
-from rvqspec.drafters import Drafter, code_predictor_parameters
-from rvqspec.extract import ExtractConfig, frames_to_hidden
-from rvqspec.sampling import Sampling
-from rvqspec.spec import SpeculativeCodePredictor
-from rvqspec.tree import SparseTree
+from rvqspec.core.drafters import Drafter, code_predictor_parameters
+from rvqspec.measure.extract import ExtractConfig, frames_to_hidden
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
 
 BUDGETS = (4, 8, 16, 32, 64)
 
@@ -152,9 +152,9 @@ def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Se
     (`config` overrides the preset, for smoke tests)."""
     from tqdm import tqdm
 
-    from rvqspec.config import CodePredictorConfig
-    from rvqspec.drafters import PositionOffsets
-    from rvqspec.model import MultiCodeDecoder, causal_mask, decoder_stack, rms_norm
+    from rvqspec.core.config import CodePredictorConfig
+    from rvqspec.core.drafters import PositionOffsets
+    from rvqspec.core.model import MultiCodeDecoder, causal_mask, decoder_stack, rms_norm
 
     old = torch.get_num_threads()
     if threads:
@@ -199,7 +199,7 @@ def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Se
         t1 = timeit(ar_step)
         res["t_q1_ms"] = round(1e3 * t1, 4)
         if compiled:
-            from rvqspec.compiled import CompileConfig, CompiledCodePredictor
+            from rvqspec.core.compiled import CompileConfig, CompiledCodePredictor
 
             ccp = CompiledCodePredictor(cp)
             x1 = torch.nn.functional.embedding(code, cp.model.codec_embedding[p - 2].weight).unsqueeze(1)  # (1, 1, E)
@@ -259,33 +259,3 @@ def frames_for_timing(utterances: Iterable[tuple[torch.Tensor, torch.Tensor]], m
 
 
 FramesFn = Callable[..., Iterable[tuple[torch.Tensor, torch.Tensor]]]
-
-
-def mini_frames(model_dir=None, split: str = "eval", language: str | None = None, max_utterances: int | None = None,
-                data_dir=None):
-    """The default frames function of the spec CLI: mini-world corpus rows of one split (and language),
-    run through the teacher-forced talker (`rvqspec.tts.teacher_forced_frames`) -> yields
-    (talker_hidden (T, E), codes (T, 16)) per utterance. Needs the corpus `codes` column."""
-    from pathlib import Path
-
-    from datasets import load_from_disk
-
-    from rvqspec.checkpoint import load_qwen3_tts
-    from rvqspec.mini.pipeline import default_data_dir
-    from rvqspec.tts import teacher_forced_frames
-
-    data_dir = Path(data_dir) if data_dir else default_data_dir()
-    corpus = load_from_disk(str(data_dir / "corpus"))
-    if split not in corpus:
-        raise KeyError(f"{data_dir / 'corpus'}: no split {split!r} (has {sorted(corpus)})")
-    ds = corpus[split]
-    if "codes" not in ds.column_names:
-        raise KeyError(f"{data_dir / 'corpus'}[{split}]: no 'codes' column (columns: {ds.column_names}); "
-                       "build the mini world's codes first")
-    idx = [i for i, lang in enumerate(ds["language"]) if language is None or lang == language]
-    idx = idx[:max_utterances] if max_utterances else idx
-    model = load_qwen3_tts(Path(model_dir) if model_dir else data_dir / "model")
-    for r in ds.select(idx).select_columns(["phoneme_frames", "codes"]):
-        ids = torch.as_tensor(r["phoneme_frames"], dtype=torch.long)  # (T,)
-        codes = torch.as_tensor(r["codes"], dtype=torch.long)  # (T, 16)
-        yield teacher_forced_frames(model.talker, model.code_predictor, ids, codes)

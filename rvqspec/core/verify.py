@@ -1,7 +1,7 @@
 """Exactly lossless verification of a tree of deterministic drafts (seed 000 §2.2, §3.2).
 
 At every tree node the verifier gives p, the distribution of the next code after the deployed
-warpers (`rvqspec.sampling.probs`: temperature -> top-k -> top-p). A drafted child is a point mass
+warpers (`rvqspec.core.sampling.probs`: temperature -> top-k -> top-p). A drafted child is a point mass
 (q(x) = 1), so the speculative-sampling rule of Leviathan et al. / Chen et al. becomes, along the tree:
 
     r = p
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rvqspec.tree import TreeBuffers
+from rvqspec.core.tree import TreeBuffers
 
 
 @dataclass

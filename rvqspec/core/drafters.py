@@ -127,7 +127,7 @@ class Drafter(nn.Module):
         """safetensors with metadata: kind, K, hidden, vocab, the code predictor's hash, kind config."""
         from safetensors.torch import save_file
 
-        from rvqspec.checkpoint import model_hash
+        from rvqspec.core.checkpoint import model_hash
 
         meta = {"kind": self.kind, "num_offsets": str(self.num_offsets), "hidden_size": str(self.hidden_size),
                 "vocab_size": str(self.vocab_size), "model_hash": model_hash(code_predictor),
@@ -312,7 +312,7 @@ def load_drafter(path: str | Path, code_predictor=None, kind: str | None = None)
         raise DrafterError(f"{path}: drafter kind is {k!r}, expected {kind!r}")
     K, H, V = int(meta["num_offsets"]), int(meta["hidden_size"]), int(meta["vocab_size"])
     if code_predictor is not None:
-        from rvqspec.checkpoint import model_hash
+        from rvqspec.core.checkpoint import model_hash
 
         c = code_predictor.config
         if c.hidden_size != H:

@@ -11,7 +11,7 @@ For every frame we keep the 15 hidden states h_1..h_15 (sequence positions 1..15
   which is the same computation the AR loop does).
 
 Input: an iterable of utterances, each ``(talker_hidden (T, E), codes (T, 16))`` (the lead's
-`rvqspec.tts.teacher_forced_frames` gives those for the mini world). Output: a directory of shards
+`rvqspec.core.frame_loop.teacher_forced_frames` gives those for the mini world). Output: a directory of shards
 ``shard_00000.safetensors`` (``hidden`` (n, 15, H) float16/32, ``codes`` (n, 16) int64) and
 ``manifest.json`` (model hash, code-predictor config, K, counts, source). `ShardDataset` streams
 shards one at a time (never all in memory) in a generator-driven order.
@@ -25,8 +25,8 @@ from typing import Iterable, Iterator
 
 import torch
 
-from rvqspec.jsonfile import read_json
-from rvqspec.sampling import Sampling
+from rvqspec.core.jsonfile import read_json
+from rvqspec.core.sampling import Sampling
 
 MANIFEST = "manifest.json"
 SOURCES = ("teacher_forced", "free_running")
@@ -57,7 +57,7 @@ def teacher_forced_hidden(code_predictor, talker_hidden: torch.Tensor, codes: to
     if int(codes.min()) < 0 or int(codes[:, 1:].max()) >= cp.config.vocab_size:
         raise ExtractError(f"codes must lie in [0, {cp.config.vocab_size}), got range "
                            f"[{int(codes.min())}, {int(codes[:, 1:].max())}]")
-    from rvqspec.tts import teacher_forced_inner
+    from rvqspec.core.frame_loop import teacher_forced_inner
 
     return teacher_forced_inner(cp, talker_hidden, codes)  # (T, 15, H) h_1..h_15
 
@@ -96,7 +96,7 @@ def extract(code_predictor, utterances: Iterable[tuple[torch.Tensor, torch.Tenso
     from safetensors.torch import save_file
     from tqdm import tqdm
 
-    from rvqspec.checkpoint import model_hash
+    from rvqspec.core.checkpoint import model_hash
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -161,7 +161,7 @@ def read_manifest(shard_dir: str | Path, code_predictor=None) -> dict:
         if not (path.parent / s["file"]).is_file():
             raise ExtractError(f"{path}: shard file {s['file']!r} is missing")
     if code_predictor is not None:
-        from rvqspec.checkpoint import model_hash
+        from rvqspec.core.checkpoint import model_hash
 
         h = model_hash(code_predictor)
         if m["model_hash"] != h:

@@ -86,7 +86,7 @@ def read_recorded(notebook: str | Path) -> dict:
             if RESULTS_MIME in data:
                 found = data[RESULTS_MIME]
     if found is None:
-        raise ResultsError(f"{notebook}: no recorded results (the last cell must call rvqspec.notebook_results.record)")
+        raise ResultsError(f"{notebook}: no recorded results (the last cell must call rvqspec.workbench.notebook_results.record)")
     if isinstance(found, str):  # some writers store JSON MIME data as text
         found = json.loads(found)
     return dict(found)

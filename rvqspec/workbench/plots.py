@@ -11,7 +11,7 @@ def _get(p, key):
 def figure4(profiles, acceptance: dict | None = None, title: str | None = None):
     """Speed-up vs N per profile (device / backend / dtype) under the acceptance ceiling.
 
-    profiles: device profile dicts (or `DeviceProfile`s) from `rvqspec.profile`; acceptance: tokens
+    profiles: device profile dicts (or `DeviceProfile`s) from `rvqspec.measure.profile`; acceptance: tokens
     per call by N for the grey dashed ceiling (seed 000 Figure 4); default: the first profile's."""
     import plotly.graph_objects as go
 

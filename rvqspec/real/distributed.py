@@ -12,7 +12,7 @@ evaluation at that size want many workers. Three jobs scale here, all determinis
   place (`unit_00007/`), then its done marker (`unit_00007.done`, JSON) is written atomically. A
   rerun skips every unit with a marker and recomputes the others from scratch; partial work is
   never visible. `merge_extraction` then writes one `manifest.json` over all units' shards (in unit
-  order, so the union equals a single-process run byte for byte) that `rvqspec.extract.ShardDataset`
+  order, so the union equals a single-process run byte for byte) that `rvqspec.measure.extract.ShardDataset`
   and `train_drafter` read as usual.
 * **offset training** (`train_offsets_distributed`): process r reads shard files r, r + world, ...
   (one in memory at a time) in an order seeded by (seed, epoch, r); at every step each process
@@ -164,7 +164,7 @@ def is_done(out: Path, u: int) -> bool:
 
 def write_json_atomic(path: Path, obj) -> None:
     """Markers and merged results of the distributed jobs (sorted keys: ranks write them alike)."""
-    from rvqspec.jsonfile import write_json_atomic as write
+    from rvqspec.core.jsonfile import write_json_atomic as write
 
     write(path, obj, indent=1, sort_keys=True)
 
@@ -214,7 +214,7 @@ class ExtractJob:
     """Everything one process needs to extract its units (picklable, plain values)."""
 
     model: str                        # official Qwen3-TTS checkpoint directory
-    dataset: str                      # dataset directory (rvqspec.datasets_real layouts)
+    dataset: str                      # dataset directory (rvqspec.real.datasets layouts)
     out: str
     split: str | None = None
     language: str | None = None
@@ -224,7 +224,7 @@ class ExtractJob:
     use_language: bool = True
     shard_frames: int = 8192
     hidden_dtype: str = "float16"
-    source: str = "teacher_forced"    # or "free_running" (rvqspec.extract)
+    source: str = "teacher_forced"    # or "free_running" (rvqspec.measure.extract)
     backend: str = "official"         # or "mini" (the mini world's checkpoint and text front end)
     seed: int = 0                     # free-running sampling: generator seeded with seed + unit
 
@@ -232,10 +232,10 @@ class ExtractJob:
 def extract_sharded(job: ExtractJob, encoder, text_ids, topo: Topology | None = None,
                     cfg: ScaleConfig = ScaleConfig(), log: Callable[[str], None] | None = None) -> dict:
     """Extract this process's units of `job.dataset` into `job.out/unit_XXXXX/` (resumable)."""
-    from rvqspec.datasets_real import (DatasetSpec, MiniTeacherForcer, PromptConfig, count_items, extract_items,
+    from rvqspec.real.datasets import (DatasetSpec, MiniTeacherForcer, PromptConfig, count_items, extract_items,
                                        extract_with, iter_range)
-    from rvqspec.extract import ExtractConfig
-    from rvqspec.official_accel import load_official_model
+    from rvqspec.measure.extract import ExtractConfig
+    from rvqspec.real.official_pipeline import load_official_model
 
     topo = topo or topology()
     if job.backend not in ("official", "mini"):
@@ -246,7 +246,7 @@ def extract_sharded(job: ExtractJob, encoder, text_ids, topo: Topology | None = 
     model = None
     prompt = PromptConfig(speaker=job.speaker, non_streaming_mode=job.non_streaming_mode, use_language=job.use_language)
     ecfg = ExtractConfig(shard_frames=job.shard_frames, dtype=job.hidden_dtype)
-    from rvqspec.sampling import Sampling
+    from rvqspec.core.sampling import Sampling
 
     def work(u: int, tmp: Path) -> dict:
         nonlocal model
@@ -325,7 +325,7 @@ def rank_batches(shard_dir: str | os.PathLike, batch_size: int, seed: int, epoch
     shard at a time, and each process reads only its own shards."""
     import copy
 
-    from rvqspec.extract import ShardDataset
+    from rvqspec.measure.extract import ShardDataset
 
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch * 1_009 + rank)
     ds = ShardDataset(shard_dir, batch_size=batch_size, shuffle=True, generator=g, code_predictor=code_predictor,
@@ -339,7 +339,7 @@ def rank_batches(shard_dir: str | os.PathLike, batch_size: int, seed: int, epoch
 
 def steps_per_epoch(shard_dir: str | os.PathLike, batch_size: int, world: int) -> int:
     """Steps every process can take: the smallest per-rank count of full batches (from the manifest)."""
-    from rvqspec.extract import read_manifest
+    from rvqspec.measure.extract import read_manifest
 
     shards = read_manifest(shard_dir)["shards"]
     if len(shards) < world:
@@ -355,7 +355,7 @@ def train_offsets_distributed(drafter, code_predictor, shard_dir: str | os.PathL
 
     Holds one epoch's batches in memory per process (shards are read once per epoch); fine for
     offsets, where extraction shards are the large part."""
-    from rvqspec.train_drafter import drafter_loss
+    from rvqspec.measure.train_drafter import drafter_loss
 
     if accelerator is None:
         from accelerate import Accelerator

@@ -5,9 +5,9 @@ autoregressively (the untouched official code predictor) and speculatively (`rvq
 with the trained offsets and calibrated tree) -- same talker, same seed policy (torch's global
 generator seeded per item and seed, which the official sampling draws from). Codes are decoded to
 audio by the speech tokenizer (or any decoder callable), transcribed by a recognizer, and scored
-with `rvqspec.metrics.score` (Whisper-style normalization; CER for ja/zh, WER otherwise).
+with `rvqspec.measure.metrics.score` (Whisper-style normalization; CER for ja/zh, WER otherwise).
 
-Recognizers (`rvqspec.asr.load_recognizer`, local paths only): the seed used whisper-large-v3-turbo
+Recognizers (`rvqspec.real.asr.load_recognizer`, local paths only): the seed used whisper-large-v3-turbo
 for Japanese and Mandarin and parakeet-v3 for the others (through WhisperKit/OpenBench). parakeet-tdt
 -0.6b-v3 is a NeMo model that transformers cannot load; `asr_for` maps languages to recognizers, e.g.
 `{"ja": whisper_dir, "zh": whisper_dir, "*": other_dir}` with whisper-large-v3-turbo for every
@@ -22,7 +22,7 @@ minutes synthesized per system are in the JSON. AR tokens/step is 1.00 by constr
 `generate` makes one code-predictor call per code); the speculative value is measured
 (codes c1..c15 per code-predictor call, `AccelStats.tokens_per_call`).
 
-Data-parallel: `evaluate_units` runs one work unit of items (see `rvqspec.scale`) and writes its
+Data-parallel: `evaluate_units` runs one work unit of items (see `rvqspec.real.distributed`) and writes its
 transcripts; `merge_eval` scores the union, so `accelerate launch` spreads the synthesis.
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ class EvalConfig:
 def synthesize(model, text_ids: Callable[[str], torch.Tensor], text: str, language: str, seed: int,
                cfg: EvalConfig) -> torch.Tensor:
     """Official `Qwen3TTSForConditionalGeneration.generate` for one utterance -> codes (T, 16)."""
-    from rvqspec.datasets_real import OfficialTeacherForcer, QWEN_LANGUAGE
+    from rvqspec.real.datasets import OfficialTeacherForcer, QWEN_LANGUAGE
 
     ids = torch.as_tensor(text_ids(OfficialTeacherForcer.format_text(text))).long().view(1, -1)
     lang = QWEN_LANGUAGE.get(language, language) if cfg.use_language else "auto"
@@ -87,7 +87,7 @@ class OfficialSynthesizer:
         self.drafter, self.tree, self.cfg = drafter, tree, cfg
 
     def __call__(self, item, seed: int, system: str) -> Synth:
-        from rvqspec.official_accel import accelerate
+        from rvqspec.real.official_pipeline import accelerate
 
         if system == "ar":
             codes = synthesize(self.model, self.text_ids, item.text, item.language, seed, self.cfg)
@@ -111,8 +111,8 @@ class MiniSynthesizer:
 
     def __init__(self, model_dir, codec_dir, drafter=None, tree=None, cfg: EvalConfig = EvalConfig()):
         from rvqspec.mini.pipeline import MiniTTS
-        from rvqspec.official_accel import _as_drafter, _as_tree
-        from rvqspec.spec import SpeculativeCodePredictor
+        from rvqspec.real.official_pipeline import _as_drafter, _as_tree
+        from rvqspec.core.speculative import SpeculativeCodePredictor
 
         self.tts = MiniTTS.load(model_dir=model_dir, codec_dir=codec_dir)
         d = _as_drafter(drafter, self.tts.code_predictor, verify_hash=True)
@@ -120,7 +120,7 @@ class MiniSynthesizer:
         self.cfg = cfg
 
     def __call__(self, item, seed: int, system: str) -> Synth:
-        from rvqspec.sampling import Sampling
+        from rvqspec.core.sampling import Sampling
 
         c = self.cfg
         samp = Sampling(c.subtalker_dosample, c.subtalker_top_k, c.subtalker_top_p, c.subtalker_temperature)
@@ -177,12 +177,12 @@ class RecognizerMap:
             if self.loader is not None:
                 self._loaded[path] = self.loader(path)
             elif ".py:" in path:  # a plugin object/class (test doubles): FILE.py:NAME
-                from rvqspec.datasets_real import load_object
+                from rvqspec.real.datasets import load_object
 
                 obj = load_object(path)
                 self._loaded[path] = obj() if isinstance(obj, type) else obj
             else:
-                from rvqspec.asr import load_recognizer
+                from rvqspec.real.asr import load_recognizer
 
                 self._loaded[path] = load_recognizer(path, device=self.device)
         return self._loaded[path]
@@ -207,7 +207,7 @@ def parse_asr_for(values: Sequence[str]) -> dict[str, str]:
 def table3(records: Sequence[dict]) -> dict:
     """Seed Table 3 rows from per-(item, seed, system) records; errors summed per seed, then the
     per-seed rates averaged (the seed reports WER averaged over ten seeds)."""
-    from rvqspec.metrics import is_character_language, score
+    from rvqspec.measure.metrics import is_character_language, score
 
     langs = sorted({r["language"] for r in records})
     rows, details = [], {}
@@ -248,7 +248,7 @@ def markdown(table: dict) -> str:
 
 def write_table(records: Sequence[dict], out_dir: str | os.PathLike, meta: dict | None = None) -> dict:
     """table3.json (+ records) and table3.md into out_dir, atomically; returns the table."""
-    from rvqspec.scale import write_json_atomic
+    from rvqspec.real.distributed import write_json_atomic
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -270,8 +270,8 @@ def evaluate_unit(tmp_dir: Path, records: list[dict]) -> dict:
 
 
 def merge_eval(out_dir: str | os.PathLike, n_units: int | None = None, meta: dict | None = None) -> dict:
-    """Score the union of every finished unit's records (rvqspec.scale layout)."""
-    from rvqspec.scale import DONE_SUFFIX, ScaleError, unit_name
+    """Score the union of every finished unit's records (rvqspec.real.distributed layout)."""
+    from rvqspec.real.distributed import DONE_SUFFIX, ScaleError, unit_name
 
     out = Path(out_dir)
     units = sorted(int(p.name[5:10]) for p in out.glob("unit_*" + DONE_SUFFIX))

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rvqspec.model import KVCache, MultiCodeDecoder, _param_dtype_device, decoder_stack, rms_norm
-from rvqspec.sampling import Sampling
+from rvqspec.core.model import KVCache, MultiCodeDecoder, _param_dtype_device, decoder_stack, rms_norm
+from rvqspec.core.sampling import Sampling
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,8 @@ def clip_from_synthesis(label: str, syn) -> Clip:
 
 
 def score_clip(clip: Clip, recognizer) -> Clip:
-    """Transcribe and score one clip in place (WER and CER, rvqspec.metrics.score)."""
-    from rvqspec.metrics import score
+    """Transcribe and score one clip in place (WER and CER, rvqspec.measure.metrics.score)."""
+    from rvqspec.measure.metrics import score
 
     clip.hypothesis = recognizer.transcribe([clip.audio], clip.sample_rate, clip.language)[0]
     s = score([clip.text], [clip.hypothesis], clip.language)
@@ -86,7 +86,7 @@ def make_pairs(tts, items: Sequence[tuple[str, str]], seeds: Sequence[int], inne
     state at the start), which is the fair comparison: equal in distribution, not sample by sample."""
     from tqdm.auto import tqdm
 
-    from rvqspec.sampling import Sampling
+    from rvqspec.core.sampling import Sampling
 
     if inner is None:
         raise ValueError("make_pairs needs the speculative inner loop (inner=SpeculativeCodePredictor(...))")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rvqspec.drafters import NUM_POSITIONS, Drafter
+from rvqspec.core.drafters import NUM_POSITIONS, Drafter
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def train_drafter(drafter: Drafter, code_predictor, data, config: DrafterTrainCo
     (hidden (b, 15, H), codes (b, 16)) batches. Returns (drafter, per-step loss curve)."""
     from tqdm import tqdm
 
-    from rvqspec.extract import ShardDataset
+    from rvqspec.measure.extract import ShardDataset
 
     old_threads = torch.get_num_threads()
     if config.threads:

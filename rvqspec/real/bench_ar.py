@@ -10,7 +10,7 @@ after warm-up rounds, plus paired per-round ratios):
 - `official_frame_ms`: `Qwen3TTSTalkerCodePredictorModelForConditionalGeneration.generate(
    max_new_tokens=15)` with the deployed subtalker sampling; per call = /15;
 - `compiled_frame_ms` / `compiled_step_ms`: the same frame and single step through
-  `rvqspec.compiled.CompiledCodePredictor` (Inductor, frozen prepacked weights; compiled before
+  `rvqspec.core.compiled.CompiledCodePredictor` (Inductor, frozen prepacked weights; compiled before
   the timed rounds, compile seconds reported as `compile_s`);
 - `matmul_stack_ms`: only the matmuls one q=1 call does (7 per layer + one head), same weights:
   what is left of a step once every other op is free (the kernels' own efficiency);
@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from rvqspec.config import CodePredictorConfig
+from rvqspec.core.config import CodePredictorConfig
 
 # Light at import time (the CLI reads BenchARConfig defaults): torch is imported in the functions.
 DTYPES = ("float32", "bfloat16", "float16")
@@ -68,7 +68,7 @@ def _official_predictor(cfg: CodePredictorConfig, seed: int):
     """The official code predictor module (random init, fixed seed) for this config."""
     import torch
 
-    from rvqspec.official import import_official
+    from rvqspec.real.official import import_official
 
     _, C = import_official()
     official_cfg = cfg.to_official()
@@ -89,9 +89,9 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
     import torch
     from tqdm import tqdm
 
-    from rvqspec.sampling import Sampling
-    from rvqspec.checkpoint import build_from_state_dict
-    from rvqspec.model import MultiCodeDecoder, causal_mask
+    from rvqspec.core.sampling import Sampling
+    from rvqspec.core.checkpoint import build_from_state_dict
+    from rvqspec.core.model import MultiCodeDecoder, causal_mask
 
     cfg = cfg or CodePredictorConfig.from_name(bc.preset)
     prev_threads = torch.get_num_threads()
@@ -156,7 +156,7 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
             compiled_frame = compiled_step = None
             compile_s = None
             if bc.compiled:
-                from rvqspec.compiled import CompiledCodePredictor
+                from rvqspec.core.compiled import CompiledCodePredictor
 
                 comp = CompiledCodePredictor(ours)
                 t0 = time.perf_counter()

@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from rvqspec.tree import SparseTree
+from rvqspec.core.tree import SparseTree
 
 # mask_matrix cell codes and their colours (grey hidden, blue attends as in Figure 2, orange
 # highlighted ancestors, green accepted path)
@@ -191,7 +191,7 @@ def mask_figure(tree: SparseTree, highlight: int | None = None, accepted: Sequen
 # ---- decoding rounds ---------------------------------------------------------------------------
 @dataclass
 class Round:
-    """One verify round as the speculative decoder's callback reports it (`rvqspec.spec.RoundInfo`),
+    """One verify round as the speculative decoder's callback reports it (`rvqspec.core.speculative.RoundInfo`),
     tagged with its frame."""
 
     frame: int
@@ -206,7 +206,7 @@ def record_rounds(spec, frames: Sequence[tuple], sampling=None, seed: int = 0) -
     explicit generator; every round the callback reports becomes a `Round`."""
     import torch
 
-    from rvqspec.sampling import Sampling
+    from rvqspec.core.sampling import Sampling
 
     sampling = sampling or Sampling()
     g = torch.Generator().manual_seed(seed)
@@ -247,7 +247,7 @@ class RecordingInner:
 
 def rounds_tokens_per_call(rounds: Sequence[Round]) -> float:
     """Tokens per code-predictor call over the recorded frames: 15 codes per frame over 1 prefill
-    call plus one call per round (the decoder's own accounting, rvqspec.spec)."""
+    call plus one call per round (the decoder's own accounting, rvqspec.core.speculative)."""
     frames = {r.frame for r in rounds}
     if not frames:
         raise ValueError("no rounds recorded")
@@ -345,7 +345,7 @@ class TreeMaskExplorer:
 
     def decode(self) -> list[Round]:
         """Decode `frames` with the chosen drafter and tree; returns and keeps the rounds."""
-        from rvqspec.spec import SpeculativeCodePredictor
+        from rvqspec.core.speculative import SpeculativeCodePredictor
 
         if self.code_predictor is None or not self.frames:
             self.rounds = []

@@ -4,14 +4,14 @@
 Steps (each delegates to the package module that owns it; this file only orders them, times them
 and collects their numbers):
 
-1. extract    teacher-forced hidden states of the English train split (+ validation)   rvqspec.extract
-2. train      the drafters: position offsets (iii) and Medusa heads (ii); (i) = zeros    rvqspec.train_drafter
-3. trees      free-running calibration split -> acc[d, r] per drafter -> greedy trees    rvqspec.acceptance, rvqspec.tree
-4. acceptance free-running eval split per language: tokens/call per drafter and N        rvqspec.acceptance
-5. profile    AR vs verify call latency per N on this device, speedup, N*                rvqspec.profile
+1. extract    teacher-forced hidden states of the English train split (+ validation)   rvqspec.measure.extract
+2. train      the drafters: position offsets (iii) and Medusa heads (ii); (i) = zeros    rvqspec.measure.train_drafter
+3. trees      free-running calibration split -> acc[d, r] per drafter -> greedy trees    rvqspec.measure.acceptance, rvqspec.core.tree
+4. acceptance free-running eval split per language: tokens/call per drafter and N        rvqspec.measure.acceptance
+5. profile    AR vs verify call latency per N on this device, speedup, N*                rvqspec.measure.profile
 6. wer        synthesize + transcribe per language, AR vs speculative (Table 3)          rvqspec.mini.pipeline
-7. ab         a few clips both ways, WAVs next to the report                              rvqspec.listening
-8. report     rvqspec.report.render_report
+7. ab         a few clips both ways, WAVs next to the report                              rvqspec.workbench.listening
+8. report     rvqspec.workbench.report.render_report
 
 A step whose module has not landed is recorded as "not available" (visible in the report), a step
 that raises is recorded as "failed" with its message; later steps that need its output say so.
@@ -56,7 +56,7 @@ class DemoConfig:
     wer_seeds: tuple[int, ...] = (0, 1)
     ab_languages: tuple[str, ...] = ("en", "de", "ja")
     ab_seeds: tuple[int, ...] = (0,)
-    # model-scale lossless check (rvqspec.lossless): frames of the main drafter's decoder on one eval
+    # model-scale lossless check (rvqspec.measure.lossless): frames of the main drafter's decoder on one eval
     # context, against the exact AR law and as many AR frames, and frames of each wrong-rule control
     lossless_frames: int = 3000
     # the full-p control needs many frames (its bias is small at N = 16); always-accept fails at once
@@ -129,10 +129,10 @@ class Demo:
 
     def utterances(self, rows: list[dict]):
         """(talker hidden (T, E), codes (T, 16)) per row: the teacher-forced talker over the corpus
-        codes (rvqspec.tts.teacher_forced_frames), the input of hidden-state extraction."""
+        codes (rvqspec.core.frame_loop.teacher_forced_frames), the input of hidden-state extraction."""
         import torch
 
-        from rvqspec.tts import teacher_forced_frames
+        from rvqspec.core.frame_loop import teacher_forced_frames
 
         tts = self.tts()
         for r in rows:
@@ -142,7 +142,7 @@ class Demo:
 
     def recognizer(self):
         if "recognizer" not in self.state:
-            from rvqspec.asr import load_recognizer
+            from rvqspec.real.asr import load_recognizer
 
             self.state["recognizer"] = load_recognizer(self.data_dir() / "recognizer")
         return self.state["recognizer"]
@@ -156,7 +156,7 @@ class Demo:
         return self.config.default_N if self.config.default_N in trees else max(trees, default=self.config.default_N)
 
     def spec(self, drafter: str | None = None, n: int | None = None):
-        from rvqspec.spec import SpeculativeCodePredictor
+        from rvqspec.core.speculative import SpeculativeCodePredictor
 
         drafter = drafter or self.config.main_drafter
         n = n or self.main_n()
@@ -236,7 +236,7 @@ class Demo:
 
 # ---- steps -----------------------------------------------------------------------------------------
 def step_extract(d: Demo) -> dict:
-    from rvqspec.extract import extract
+    from rvqspec.measure.extract import extract
 
     cfg = d.config
     cp = d.tts().code_predictor
@@ -256,7 +256,7 @@ def step_extract(d: Demo) -> dict:
 def _cached_manifest(d: Demo, shard_dir: Path, key: dict) -> Path | None:
     """The manifest of shards already extracted from the same model with the same `key` (split,
     language, utterance count, source), so that notebooks run one after another share their work."""
-    from rvqspec.checkpoint import model_hash
+    from rvqspec.core.checkpoint import model_hash
 
     path = shard_dir / "manifest.json"
     if not path.is_file():
@@ -278,9 +278,9 @@ def _train_key(d: Demo, name: str) -> dict:
 
 
 def step_train(d: Demo) -> dict:
-    from rvqspec.drafters import code_predictor_parameters, load_drafter, make_drafter
-    from rvqspec.extract import ShardDataset
-    from rvqspec.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
+    from rvqspec.core.drafters import code_predictor_parameters, load_drafter, make_drafter
+    from rvqspec.measure.extract import ShardDataset
+    from rvqspec.measure.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
 
     cfg = d.config
     cp = d.tts().code_predictor
@@ -320,7 +320,7 @@ def _free_running(d: Demo, split: str, language: str, n: int, tag: str) -> Path:
     deployed sampling; seed §3.3 measures acceptance on free-running synthesis)."""
     import torch
 
-    from rvqspec.extract import extract
+    from rvqspec.measure.extract import extract
 
     key = f"fr_{tag}"
     if key not in d.state:
@@ -336,9 +336,9 @@ def _free_running(d: Demo, split: str, language: str, n: int, tag: str) -> Path:
 
 
 def step_trees(d: Demo) -> dict:
-    from rvqspec.acceptance import acceptance_table
-    from rvqspec.extract import ShardDataset
-    from rvqspec.tree import SparseTree
+    from rvqspec.measure.acceptance import acceptance_table
+    from rvqspec.measure.extract import ShardDataset
+    from rvqspec.core.tree import SparseTree
 
     cfg = d.config
     cp = d.tts().code_predictor
@@ -361,8 +361,8 @@ def step_trees(d: Demo) -> dict:
 
 
 def step_acceptance(d: Demo) -> dict:
-    from rvqspec.acceptance import oracle_tokens_per_call, replay_tokens_per_call
-    from rvqspec.extract import ShardDataset
+    from rvqspec.measure.acceptance import oracle_tokens_per_call, replay_tokens_per_call
+    from rvqspec.measure.extract import ShardDataset
 
     cfg = d.config
     cp = d.tts().code_predictor
@@ -389,9 +389,9 @@ def step_acceptance(d: Demo) -> dict:
 
 def step_profile(d: Demo) -> dict:
     try:
-        import rvqspec.profile as profile  # the profiling area's module (latency per N, N*)
+        import rvqspec.measure.profile as profile  # the profiling area's module (latency per N, N*)
     except ModuleNotFoundError as e:
-        raise StepUnavailable("rvqspec.profile has not landed yet (device profile and N* per device)") from e
+        raise StepUnavailable("rvqspec.measure.profile has not landed yet (device profile and N* per device)") from e
     prof = _run_profile(d, profile)
     k = prof["budgets"].index(prof["best_N"])
     note = (f"AR call {prof['ar_ms']:.2f} ms; N* = {prof['best_N']} (verify {prof['verify_ms'][k]:.2f} ms, "
@@ -471,7 +471,7 @@ def step_wer(d: Demo) -> dict:
 
 
 def step_ab(d: Demo) -> dict:
-    from rvqspec.listening import make_pairs, wav_bytes
+    from rvqspec.workbench.listening import make_pairs, wav_bytes
 
     cfg = d.config
     items = [(d.rows("eval", lang, 1)[0]["text"], lang) for lang in cfg.ab_languages if lang in cfg.languages]
@@ -493,8 +493,8 @@ def step_ab(d: Demo) -> dict:
 def step_lossless(d: Demo) -> dict:
     """The main decoder on one English eval frame context: its codes against the exact AR law of
     (c1, c2) and c3 and against AR frames for every code; the always-accept and full-p rules must fail."""
-    from rvqspec.lossless import LosslessConfig, lossless_report
-    from rvqspec.spec import SpeculativeCodePredictor
+    from rvqspec.measure.lossless import LosslessConfig, lossless_report
+    from rvqspec.core.speculative import SpeculativeCodePredictor
 
     cfg = d.config
     cp = d.tts().code_predictor
@@ -548,7 +548,7 @@ def notebook_config(data_dir: str | None = None, out_dir: str = "runs/nb", n_utt
 
 def run_demo(config: DemoConfig = DemoConfig(), log: Callable[[str], None] = print) -> tuple[dict, Path]:
     """Run every step and write the report; returns (results, path of index.html)."""
-    from rvqspec.report import render_report
+    from rvqspec.workbench.report import render_report
 
     demo = Demo(config=config, log=log)
     results = demo.run()

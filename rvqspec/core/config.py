@@ -197,7 +197,7 @@ class TalkerConfig:
     # rvqspec extension (0 = the official scheme): the text stream leads the audio by `text_lead`
     # frames. Frame t reads text token t + text_lead (then `text_lead_pad_id`), and text tokens
     # 0..text_lead-1 enter through a prefix of text_lead positions summed with the codec pad
-    # embedding (`rvqspec.tts.talker_inputs`). Saved as talker_config["rvqspec_text_lead"] only
+    # embedding (`rvqspec.core.frame_loop.talker_inputs`). Saved as talker_config["rvqspec_text_lead"] only
     # when non-zero, so a real checkpoint's config.json is untouched.
     text_lead: int = 0
     text_lead_pad_id: int = 0

@@ -10,7 +10,7 @@ sampled ("committed", not yet in the cache):
   tree ancestors and itself (`SparseTree.buffers().mask`, Figure 2). Node i is read by the verifier
   LM head m + d (it emits c_{m+d+1}); nodes for codes past c15 are computed (static shapes) but
   never accepted.
-* lossless verification along the tree (`rvqspec.verify`) accepts a path of a nodes and emits one
+* lossless verification along the tree (`rvqspec.core.verify`) accepts a path of a nodes and emits one
   more token (residual sample or bonus); codes c_{m+1}..c_{m+a+1} are final.
 * the hidden state of the last accepted node, at position m + a + 1, gives both the distribution of
   the emitted token (already used) and, through the drafter, the drafts of the next round: no
@@ -30,11 +30,11 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from rvqspec.drafters import Drafter
-from rvqspec.model import decoder_stack, rms_norm
-from rvqspec.sampling import Sampling, probs
-from rvqspec.tree import SparseTree
-from rvqspec.verify import draw, race, verify_walk
+from rvqspec.core.drafters import Drafter
+from rvqspec.core.model import decoder_stack, rms_norm
+from rvqspec.core.sampling import Sampling, probs
+from rvqspec.core.tree import SparseTree
+from rvqspec.core.verify import draw, race, verify_walk
 
 NEG_INF = float("-inf")
 
@@ -110,11 +110,11 @@ class SpeculativeCodePredictor:
         self._state: dict = {}
         self.last_cache = None        # the cache after the last frame (tests inspect compaction)
         self.last_filled = 0          # slots 0..last_filled-1 hold the accepted prefix
-        # compile (a rvqspec.compiled.CompileConfig): the fused verify call's decoder stack runs as
+        # compile (a rvqspec.core.compiled.CompileConfig): the fused verify call's decoder stack runs as
         # one static-shape Inductor graph with frozen weights (q = N+1 is fixed per tree)
         self._compiled = None
         if compile is not None:
-            from rvqspec.compiled import CompiledBackbone
+            from rvqspec.core.compiled import CompiledBackbone
 
             self._compiled = CompiledBackbone(code_predictor.eval(), compile)
 
@@ -282,7 +282,7 @@ class SpeculativeCodePredictor:
                 ok_nodes = res.path[0, 1:1 + int(res.accepted[0])]
                 y = res.token
             else:
-                # sample-once-per-node form (rvqspec.verify.verify_sampled), inlined for B = 1. Siblings
+                # sample-once-per-node form (rvqspec.core.verify.verify_sampled), inlined for B = 1. Siblings
                 # are distinct top-R candidates of one depth, so no duplicate guard is needed here.
                 y = p[0].argmax(-1) if greedy else race(p[0], generator)  # (q,) one draw per node
                 match = (tokens[0] == y[pl.parent]) & pl.valid[m]  # (q,) node token == parent's draw

@@ -19,8 +19,8 @@ from typing import Callable, Protocol
 
 import torch
 
-from rvqspec.model import CodeDecoder, MultiCodeDecoder, causal_mask
-from rvqspec.sampling import Sampling, sample_logits
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, causal_mask
+from rvqspec.core.sampling import Sampling, sample_logits
 
 
 class FrameCompleter(Protocol):

@@ -21,7 +21,7 @@ Acceptance curve, in order of preference:
    tokens per call averaged over its languages, its table under "acceptance"). Sizes missing from
    the curve get speed-up null.
 2. an acceptance table (depth x rank probabilities) in the same file under ``"acc"`` (the
-   `rvqspec.acceptance.AcceptanceTable` JSON) or ``"acceptance_table"``: trees are grown from it and
+   `rvqspec.measure.acceptance.AcceptanceTable` JSON) or ``"acceptance_table"``: trees are grown from it and
    tpc(N) is the exact expected 15 / calls of a frame under the table's independence model
    (`tokens_per_call_from_table`, which counts the prefill call and the c15 boundary).
 3. neither: `default_acceptance_table()`, a two-parameter table fitted to seed 000 §3.4's ceiling
@@ -45,14 +45,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from rvqspec.jsonfile import read_json
+from rvqspec.core.jsonfile import read_json
 
 if TYPE_CHECKING:
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.tree import SparseTree
 
 import numpy as np
 
-# torch (and rvqspec.tree, which imports it) load inside the functions: `rvqspec --help` stays fast.
+# torch (and rvqspec.core.tree, which imports it) load inside the functions: `rvqspec --help` stays fast.
 
 SCHEMA = "rvqspec.device_profile/1"
 BACKENDS = ("torch-cpu", "torch-cuda", "mps", "coreml", "onnx")
@@ -236,7 +236,7 @@ def load_acceptance(path: str | Path | None, max_depth: int = 3, drafter: str | 
 
 def trees_for_sizes(acceptance: Acceptance, sizes, max_depth: int = 3) -> dict[int, "SparseTree"]:
     """Greedy trees (seed 000 §2.2) of each size from the acceptance table."""
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.tree import SparseTree
 
     out = {}
     for n in sizes:
@@ -465,7 +465,7 @@ def profile(cfg: ProfileConfig, acceptance: Acceptance | None = None, code_predi
     for n, tree in trees.items():
         verify[n] = dict(times[n], q=n + 1, tree=[list(p) for p in tree.paths])
     scores = _score(verify, ar["p50"], acceptance, trees)
-    from rvqspec.checkpoint import model_hash
+    from rvqspec.core.checkpoint import model_hash
 
     return {"schema": SCHEMA, "device": device_name(cfg.backend), "backend": cfg.backend, "dtype": cfg.dtype,
             "model": cfg.model, "model_hash": model_hash(cp), "threads": cfg.threads, "compile": cfg.compile,
@@ -571,7 +571,7 @@ def load_device_profile(path: str | Path) -> DeviceProfile:
 def tree_for_profile(profile: DeviceProfile, acceptance_table=None) -> "SparseTree":
     """The greedy tree of size N* (seed 000 §2.2, §3.4) from `acceptance_table` (K, R) — the
     calibration table of the drafter in use — or, when None, the table the profile was made with."""
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.tree import SparseTree
 
     if acceptance_table is None:
         acceptance_table = profile.acceptance_table
@@ -581,3 +581,15 @@ def tree_for_profile(profile: DeviceProfile, acceptance_table=None) -> "SparseTr
         raise ProfileError(f"the acceptance table of shape {table.shape} grows only {len(tree)} nodes, "
                            f"the profile's N* is {profile.n_star}")
     return tree
+
+
+def load_tree(path: str | Path, acceptance_table=None) -> "SparseTree":
+    """A tree JSON (list of rank paths, or {"paths": [...]}) or a device profile JSON (its N* tree)."""
+    from rvqspec.core.tree import SparseTree
+    from rvqspec.export.wrappers import ExportError
+
+    p = Path(path)
+    d = read_json(p, ExportError, "no such tree file")
+    if isinstance(d, dict) and str(d.get("schema", "")).startswith("rvqspec.device_profile"):
+        return tree_for_profile(DeviceProfile.from_dict(d, str(p)), acceptance_table)
+    return SparseTree.from_json(p.read_text(), source=str(p))

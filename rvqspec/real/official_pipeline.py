@@ -109,9 +109,9 @@ def _find_code_predictor(model: Any) -> tuple[Any, Any]:
 def shared_code_predictor(official_cp: Any, talker: Any):
     """Our MultiCodeDecoder whose parameters are the official tensors themselves (no copy), with
     the talker's codec embedding wired as the c0 table."""
-    from rvqspec.checkpoint import build_from_state_dict
-    from rvqspec.config import CodePredictorConfig
-    from rvqspec.model import MultiCodeDecoder
+    from rvqspec.core.checkpoint import build_from_state_dict
+    from rvqspec.core.config import CodePredictorConfig
+    from rvqspec.core.model import MultiCodeDecoder
 
     tcfg = talker.config
     raw = tcfg.code_predictor_config
@@ -132,7 +132,7 @@ def shared_code_predictor(official_cp: Any, talker: Any):
 
 def _sampling_from_call(gc: Any, do_sample, top_k, top_p, temperature):
     """The HF generate sampling settings: explicit argument, else generation_config, else HF default."""
-    from rvqspec.sampling import Sampling
+    from rvqspec.core.sampling import Sampling
 
     def pick(v, name, default):
         if v is not None:
@@ -266,7 +266,7 @@ class AcceleratedModel:
 
 
 def _as_drafter(drafter, ours, verify_hash: bool):
-    from rvqspec.drafters import Drafter, PositionOffsets, load_drafter
+    from rvqspec.core.drafters import Drafter, PositionOffsets, load_drafter
 
     c = ours.config
     if drafter is None:  # seed 000 Table 2 (i): reused LM heads, zero offsets
@@ -285,7 +285,7 @@ def _as_drafter(drafter, ours, verify_hash: bool):
 
 
 def _as_tree(tree, num_offsets: int):
-    from rvqspec.tree import SparseTree
+    from rvqspec.core.tree import SparseTree
 
     if tree is None:
         return SparseTree.chain(num_offsets)
@@ -311,7 +311,7 @@ def accelerate(model: Any, drafter: Any = None, tree: Any = None, *, seed: int |
     seed / generator: draw from a dedicated torch.Generator (see the module docstring); default:
              torch's global generator, as the official code.
     """
-    from rvqspec.spec import SpeculativeCodePredictor
+    from rvqspec.core.speculative import SpeculativeCodePredictor
 
     if seed is not None and generator is not None:
         raise AccelerateError("pass seed or generator, not both")
@@ -334,7 +334,7 @@ def load_official_model(path: str | Path, dtype: torch.dtype | None = None, devi
     """`Qwen3TTSForConditionalGeneration` from a local checkpoint directory, *without* its speech
     tokenizer and generation config (the official `from_pretrained` insists on both; the talker and
     code predictor need neither). Raises FileNotFoundError naming the directory."""
-    from rvqspec.official import import_official
+    from rvqspec.real.official import import_official
 
     d = Path(path)
     if not (d / "config.json").is_file():

@@ -19,8 +19,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from rvqspec.config import ConfigError, Qwen3TTSConfig
-from rvqspec.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.config import ConfigError, Qwen3TTSConfig
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 
 TALKER_PREFIX = "talker."
 CP_PREFIX = "talker.code_predictor."

@@ -35,7 +35,7 @@ call is intercepted -- so role tokens, codec think/language/speaker tags, tts_bo
 as the official generation loop would feed them (sum of the 16 code embeddings + next text
 embedding or tts_pad) and one causal talker pass gives the hidden state that conditions each frame's
 code predictor. `tests/test_datasets_real.py` checks this against the hidden states the official
-`generate` itself returns. The shards are written by `rvqspec.extract`.
+`generate` itself returns. The shards are written by `rvqspec.measure.extract`.
 
 The mini world's checkpoint (data/mini/model) is in the official layout but reads one phoneme token
 per frame instead of the chat prompt: `MiniTeacherForcer` teacher-forces it with the mini front end
@@ -320,7 +320,7 @@ def _official_tokenizer(path: str | os.PathLike, device: str = "cpu"):
     if not (d / "config.json").is_file():
         raise DatasetError(f"{d}: no speech tokenizer here (expected config.json of the 12 Hz Qwen3-TTS "
                            f"tokenizer, e.g. <Qwen3-TTS checkpoint>/speech_tokenizer)")
-    from rvqspec.official import import_official
+    from rvqspec.real.official import import_official
 
     import_official()
     try:
@@ -336,7 +336,7 @@ def official_speech_encoder(path: str | os.PathLike, device: str = "cpu", tokeni
 
     Audio is resampled to the tokenizer's input rate here (scipy), because the official resampler is
     librosa, which this environment lacks."""
-    from rvqspec.asr import resample
+    from rvqspec.real.asr import resample
 
     tok = tokenizer or _official_tokenizer(path, device)
     rate = int(tok.get_input_sample_rate())
@@ -484,7 +484,7 @@ def text_tokenizer_from_checkpoint(path: str | os.PathLike) -> Callable[[str], t
 def utterances(items: Iterable[RealItem], encoder: Encoder, forcer: Callable[[str, str, torch.Tensor], torch.Tensor],
                num_groups: int, c0_vocab: int, vocab: int, max_frames: int | None = None,
                on_item: Callable[[RealItem, int], None] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(talker_hidden (T, E), codes (T, 16)) per item: what `rvqspec.extract.extract` consumes."""
+    """(talker_hidden (T, E), codes (T, 16)) per item: what `rvqspec.measure.extract.extract` consumes."""
     for item in items:
         where = f"item {item.id!r}"
         codes = check_codes(encoder(item.audio, item.sampling_rate), where, num_groups, c0_vocab, vocab)
@@ -503,8 +503,8 @@ def extract_with(code_predictor, forcer, items: Iterable[RealItem], encoder: Enc
                  extra: dict | None = None, sampling=None, generator: torch.Generator | None = None) -> Path:
     """Items -> hidden-state shards with any teacher forcer (`forcer.for_item(item, codes)` or
     `forcer(text, language, codes)` -> (T, E)); `code_predictor` is our MultiCodeDecoder."""
-    from rvqspec.extract import ExtractConfig, extract
-    from rvqspec.sampling import Sampling
+    from rvqspec.measure.extract import ExtractConfig, extract
+    from rvqspec.core.sampling import Sampling
 
     stats = {"items": 0, "frames": 0, "audio_seconds": 0.0}
 
@@ -525,9 +525,9 @@ def extract_items(official_model, items: Iterable[RealItem], encoder: Encoder, t
                   out_dir: str | os.PathLike, prompt: PromptConfig = PromptConfig(), source: str = "teacher_forced",
                   config=None, progress: bool = False, extra: dict | None = None, sampling=None,
                   generator: torch.Generator | None = None) -> Path:
-    """Real items -> hidden-state shards in out_dir (rvqspec.extract format) for an official model;
+    """Real items -> hidden-state shards in out_dir (rvqspec.measure.extract format) for an official model;
     returns the manifest path. h_1..h_15 come from our MultiCodeDecoder sharing the official tensors."""
-    from rvqspec.official_accel import shared_code_predictor
+    from rvqspec.real.official_pipeline import shared_code_predictor
 
     talker = official_model.talker
     ours = shared_code_predictor(talker.code_predictor, talker)
@@ -542,13 +542,13 @@ def extract_items(official_model, items: Iterable[RealItem], encoder: Encoder, t
 # --------------------------------------------------------------------------------------------
 class MiniTeacherForcer:
     """Teacher forcing for the mini world's model (data/mini/model): its talker reads one phoneme
-    token per frame (rvqspec.tts), not the official chat prompt, so the official prompt builder does
+    token per frame (rvqspec.core.frame_loop), not the official chat prompt, so the official prompt builder does
     not apply. Text ids: the item's own `phoneme_frames` when it has them with one token per code
     frame (datasets made from the mini corpus), else espeak-ng's phoneme timing for the text,
     stretched linearly to the audio's frame count (an approximation for foreign audio)."""
 
     def __init__(self, model_dir: str | os.PathLike):
-        from rvqspec.checkpoint import load_qwen3_tts
+        from rvqspec.core.checkpoint import load_qwen3_tts
         from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 
         d = Path(model_dir)
@@ -579,7 +579,7 @@ class MiniTeacherForcer:
 
     @torch.no_grad()
     def for_item(self, item: RealItem, codes: torch.Tensor) -> torch.Tensor:
-        from rvqspec.tts import teacher_forced_frames
+        from rvqspec.core.frame_loop import teacher_forced_frames
 
         ids = self.text_ids(item, codes.shape[0])
         hidden, _ = teacher_forced_frames(self.model.talker, self.model.code_predictor, ids, codes)
@@ -639,7 +639,7 @@ def official_codec(path: str | os.PathLike, device: str = "cpu") -> Codec:
 
 def mini_codec(path: str | os.PathLike) -> Codec:
     """The mini world's RVQ codec (16 codebooks, 16 kHz, Griffin-Lim decoder)."""
-    from rvqspec.asr import resample
+    from rvqspec.real.asr import resample
     from rvqspec.mini.codec import RVQCodec
 
     codec = RVQCodec.load(path)

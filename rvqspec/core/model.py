@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rvqspec.config import CodePredictorConfig, TalkerConfig
-from rvqspec.sampling import Sampling, sample_logits
+from rvqspec.core.config import CodePredictorConfig, TalkerConfig
+from rvqspec.core.sampling import Sampling, sample_logits
 
 NEG_INF = float("-inf")
 
@@ -452,7 +452,7 @@ class MultiCodeDecoder(nn.Module):
     def ar_frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling,
                  generator: torch.Generator | None, prefill: Callable[[torch.Tensor], torch.Tensor],
                  step: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
-        """The AR recipe around a decoder stack (the eager loop above and `rvqspec.compiled` share
+        """The AR recipe around a decoder stack (the eager loop above and `rvqspec.core.compiled` share
         it): `prefill` maps the embedded [h_talker, c0] (B, 2, E) to the normed hidden (B, H) at
         position 1, `step` maps the embedding (B, 1, E) of c_{p-1} at position p to the hidden
         (B, H) there; LM head p-1 and `sampling` then give c_p. Returns c1..c15 (B, 15) long."""

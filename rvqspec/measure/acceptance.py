@@ -2,7 +2,7 @@
 
 * `acceptance_table`: acc[d, r] = how often the drafter's rank-r candidate for depth d + 1 equals the
   code the verifier emits, over all valid start positions. On free-running shards (the model's own
-  samples under the deployed sampling, `rvqspec.extract` source="free_running") this is the seed's
+  samples under the deployed sampling, `rvqspec.measure.extract` source="free_running") this is the seed's
   calibration statistic; on teacher-forced shards it is the teacher-forced variant.
 * `replay_tokens_per_call`: tokens per call of a (drafter, tree) replayed exactly on free-running
   frames. With the sample-once-per-node verification rule, a round starting after c_m accepts the
@@ -22,9 +22,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rvqspec.drafters import NUM_POSITIONS, Drafter
-from rvqspec.sampling import Sampling
-from rvqspec.tree import SparseTree
+from rvqspec.core.drafters import NUM_POSITIONS, Drafter
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.tree import SparseTree
 
 
 def rank_of(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

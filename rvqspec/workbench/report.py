@@ -18,7 +18,7 @@ Results layout (each key optional; a missing or 'not available' step shows as a 
     train:      {loss: [...], val_loss: [...]}
     trees:      {drafter: {N: paths}}
     ab:         [{text, language, seed, ar: {wav, tokens_per_call, wer, cer, hypothesis}, spec: {...}}]
-    lossless:   rvqspec.lossless.lossless_report output: {contexts: [{decoder: {...}, control_*: {...}}]}
+    lossless:   rvqspec.measure.lossless.lossless_report output: {contexts: [{decoder: {...}, control_*: {...}}]}
 """
 from __future__ import annotations
 
@@ -115,8 +115,8 @@ def language_figure(acc: dict, drafter: str) -> go.Figure:
 def speedup_figure(profile: dict) -> go.Figure:
     """Seed Figure 4 on this device: the acceptance ceiling (tokens/call) and the realised speedup
     (tokens/call) / (verify latency / AR latency) vs N."""
-    if profile.get("raw"):  # a full device profile (rvqspec.profile): the profiling area's own figure
-        from rvqspec.plots import figure4
+    if profile.get("raw"):  # a full device profile (rvqspec.measure.profile): the profiling area's own figure
+        from rvqspec.workbench.plots import figure4
 
         fig = figure4([profile["raw"]])
         fig.update_layout(title="Speed-up vs tree size N: tokens/call / (1 + verify overhead)", height=380,
@@ -136,7 +136,7 @@ def speedup_figure(profile: dict) -> go.Figure:
 
 
 def lossless_figure(lossless: dict, context: int = 0) -> go.Figure:
-    """-log10 p of every test of one context (rvqspec.lossless): the decoder and each negative
+    """-log10 p of every test of one context (rvqspec.measure.lossless): the decoder and each negative
     control, with the pass threshold; a run fails where its marker is above the line."""
     ctx = lossless["contexts"][context]
     fig = go.Figure()
@@ -241,7 +241,7 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     WAV paths in results['ab'] are relative to `audio_root` (default `out_dir`)."""
     import plotly.offline
 
-    from rvqspec.notebook_results import to_jsonable
+    from rvqspec.workbench.notebook_results import to_jsonable
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -336,8 +336,8 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     trees = results.get("trees") or {}
     table = (results.get("acceptance") or {}).get("table") or {}
     if trees:
-        from rvqspec.explorer import mask_figure, tree_figure
-        from rvqspec.tree import SparseTree
+        from rvqspec.workbench.explorer import mask_figure, tree_figure
+        from rvqspec.core.tree import SparseTree
 
         parts.append("<section id='trees'><h2>Sparse trees (seed Figure 2)</h2>")
         # the first (main) drafter's trees: the smallest and the largest N side by side with their
@@ -381,7 +381,7 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
 def _ab_section(items: Iterable[dict], audio_root: Path) -> str:
     import soundfile as sf
 
-    from rvqspec.listening import ABPair, Clip, ab_figure
+    from rvqspec.workbench.listening import ABPair, Clip, ab_figure
 
     out = []
     for k, item in enumerate(items):
