@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 # The committed mini recognizer, next to the package in the repository checkout.
-DEFAULT_RECOGNIZER = Path(__file__).resolve().parents[1] / "data" / "mini" / "recognizer"
+DEFAULT_RECOGNIZER = Path(__file__).resolve().parents[2] / "data" / "mini" / "recognizer"
 
 
 @runtime_checkable
