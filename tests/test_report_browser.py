@@ -80,7 +80,7 @@ def report(tmp_path_factory):
 def test_report_is_self_contained(report):
     html = report.read_text()
     assert "cdn.plot.ly" not in html.split("<body>")[1][:2000] and "<script src=" not in html
-    assert html.count("data:audio/wav;base64,") == 2
+    assert html.count("data:audio/mpeg;base64,") == 2
     assert (report.parent / "results.json").is_file()
     assert "fixture: module absent" in html, "a step that did not run is visible in the report"
 

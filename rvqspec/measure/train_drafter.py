@@ -4,6 +4,9 @@ Each drafted logit row at (position p, lookahead j) is scored with cross-entropy
 ground-truth code c_{p+j}; the loss is summed over j <= K and all valid positions (p + j <= 15) and
 averaged over the batch (Medusa's head recipe). Adam, learning rate 1e-3, batch 32 (the seed's
 values). Only the drafter's parameters receive gradients; the code predictor is frozen.
+
+Losses are REPORTED per draft (the summed objective divided by the number of valid (p, j), 39 for
+K = 3), in nats, so they read against log V (5.5 for the mini's 256 codes) and across K.
 """
 from __future__ import annotations
 
@@ -34,6 +37,11 @@ def targets_for(codes: torch.Tensor, num_offsets: int) -> tuple[torch.Tensor, to
     return codes[:, idx.clamp(max=NUM_POSITIONS)], valid
 
 
+def drafts_per_frame(num_offsets: int) -> int:
+    """Valid (position, lookahead) pairs of one frame: sum over p of min(K, 15 - p)."""
+    return int(targets_for(torch.zeros(1, NUM_POSITIONS + 1, dtype=torch.long), num_offsets)[1].sum())
+
+
 def drafter_loss(drafter: Drafter, code_predictor, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """Summed CE over valid (p, j), mean over the batch. hidden (B, 15, H), codes (B, 16)."""
     logits, valid = drafter.all_draft_logits(code_predictor, hidden)  # (B, 15, K, V), (15, K)
@@ -45,7 +53,7 @@ def drafter_loss(drafter: Drafter, code_predictor, hidden: torch.Tensor, codes: 
 def train_drafter(drafter: Drafter, code_predictor, data, config: DrafterTrainConfig = DrafterTrainConfig(),
                   progress: bool = True) -> tuple[Drafter, list[float]]:
     """Train on `data`: a shard directory (teacher-forced extraction) or an iterable of
-    (hidden (b, 15, H), codes (b, 16)) batches. Returns (drafter, per-step loss curve)."""
+    (hidden (b, 15, H), codes (b, 16)) batches. Returns (drafter, per-step loss per draft)."""
     from tqdm import tqdm
 
     from rvqspec.measure.extract import ShardDataset
@@ -75,6 +83,7 @@ def train_drafter(drafter: Drafter, code_predictor, data, config: DrafterTrainCo
     bar = tqdm(total=total, desc=f"train {drafter.kind}", unit="step", disable=not progress)
     dev = next(code_predictor.parameters()).device
     dt = next(code_predictor.parameters()).dtype
+    per_draft = 1.0 / drafts_per_frame(drafter.num_offsets)
     try:
         step = 0
         for _ in range(config.epochs):
@@ -84,7 +93,7 @@ def train_drafter(drafter: Drafter, code_predictor, data, config: DrafterTrainCo
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                losses.append(float(loss.detach()))
+                losses.append(float(loss.detach()) * per_draft)
                 step += 1
                 bar.update(1)
                 if step % 20 == 0:
@@ -104,10 +113,10 @@ def train_drafter(drafter: Drafter, code_predictor, data, config: DrafterTrainCo
 
 @torch.no_grad()
 def evaluate_loss(drafter: Drafter, code_predictor, data) -> float:
-    """Mean summed-CE per frame over an iterable of batches (validation)."""
+    """Mean CE per draft (nats) over an iterable of batches (validation)."""
     tot, n = 0.0, 0
     dev = next(code_predictor.parameters()).device
     for hidden, codes in data:
         tot += float(drafter_loss(drafter, code_predictor, hidden.to(dev), codes.to(dev))) * hidden.shape[0]
         n += hidden.shape[0]
-    return tot / max(n, 1)
+    return tot / max(n, 1) / drafts_per_frame(drafter.num_offsets)

@@ -9,9 +9,11 @@ and collects their numbers):
 3. trees      free-running calibration split -> acc[d, r] per drafter -> greedy trees    rvqspec.measure.acceptance, rvqspec.core.tree
 4. acceptance free-running eval split per language: tokens/call per drafter and N        rvqspec.measure.acceptance
 5. profile    AR vs verify call latency per N on this device, speedup, N*                rvqspec.measure.profile
-6. wer        synthesize + transcribe per language, AR vs speculative (Table 3)          rvqspec.mini.pipeline
-7. ab         a few clips both ways, WAVs next to the report                              rvqspec.workbench.listening
-8. report     rvqspec.workbench.report.render_report
+6. wallclock  inner loop AR vs speculative, interleaved, per drafter at N (the verdict)  rvqspec.measure.bench_spec
+7. wer        synthesize + transcribe per language, AR vs speculative (Table 3)          rvqspec.mini.pipeline
+8. ab         a few clips both ways, WAVs next to the report                              rvqspec.workbench.listening
+9. lossless   the main decoder against the exact AR law, with failing controls           rvqspec.measure.lossless
+10. report    rvqspec.workbench.report.render_report
 
 A step whose module has not landed is recorded as "not available" (visible in the report), a step
 that raises is recorded as "failed" with its message; later steps that need its output say so.
@@ -26,6 +28,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from rvqspec.core.defaults import DRAFTER_LABELS
 
 NOT_AVAILABLE = "not available"
 
@@ -63,6 +67,9 @@ class DemoConfig:
     lossless_control_frames: int = 5000
     lossless_always_accept_frames: int = 500
     lossless_N: int = 16  # a wide tree: more drafts per round, so the full-p control's bias shows
+    # wall clock of the inner loop, AR and speculative interleaved frame by frame on English eval
+    # frames, per drafter at the operating N: the report's verdict sentence
+    wallclock_frames: int = 60
     # 1 thread: these models are small enough that Python overhead dominates each call, and two
     # torch threads on a busy 2-core machine ran extraction 10x slower than one (measured)
     threads: int = 1
@@ -76,7 +83,7 @@ class DemoConfig:
                     eval_utterances=3, budgets=(4, 16), default_N=16, profile_calls=20, wer_utterances=1,
                     wer_seeds=(0,), ab_languages=("en",), drafters=("reused", "offsets"), mode="quick",
                     lossless_frames=400, lossless_control_frames=200, lossless_always_accept_frames=100,
-                    languages=("en", "de"))
+                    languages=("en", "de"), wallclock_frames=10)
         base.update(kw)
         return cls(**base)
 
@@ -426,6 +433,33 @@ def _run_profile(d: Demo, profile) -> dict:
             "acceptance_source": raw["acceptance_source"], "raw": raw}
 
 
+def step_wallclock(d: Demo) -> dict:
+    """Inner-loop wall clock per drafter at the operating N: AR `generate_frame` and the speculative
+    decoder alternate frame by frame on the same English eval frames (rvqspec.measure.bench_spec)."""
+    from rvqspec.measure.bench_spec import bench_inner_loop, frames_for_timing
+
+    cfg = d.config
+    n = d.main_n()
+    frames = frames_for_timing(d.utterances(d.rows("eval", "en", max(1, cfg.eval_utterances))), cfg.wallclock_frames)
+    rows = []
+    for name in d.state["drafters"]:
+        if n not in d.state["trees"].get(name, {}):
+            continue
+        r = bench_inner_loop(d.tts().code_predictor, d.spec(name, n), frames, seed=cfg.seed, threads=cfg.threads,
+                             progress=False)
+        rows.append({"drafter": name, "N": n, "frames": r["frames"], "ar_ms_per_frame": r["ar_ms_per_frame"],
+                     "spec_ms_per_frame": r["spec_ms_per_frame"], "ratio": r["speedup"],
+                     "tokens_per_call": r["tokens_per_call"], "verdict": speed_word(r["speedup"])})
+    main = next((r for r in rows if r["drafter"] == cfg.main_drafter), rows[0] if rows else None)
+    note = "" if main is None else f"{main['drafter']}, N={n}: {main['ratio']:.2f}x ({main['verdict']})"
+    return {"wallclock": {"N": n, "main_drafter": cfg.main_drafter, "rows": rows}, "_step": {"note": note}}
+
+
+def speed_word(ratio: float) -> str:
+    """A ratio of speeds in words: below 1 is a slowdown, everywhere it is shown."""
+    return "speed-up" if ratio > 1.0 else ("slowdown" if ratio < 1.0 else "no change")
+
+
 def _table2(d: Demo) -> list[dict]:
     """Seed Table 2 on the mini world: tokens/call (English eval, free-running replay) at the
     operating N, and added parameters relative to the code predictor."""
@@ -433,16 +467,14 @@ def _table2(d: Demo) -> list[dict]:
     n = d.main_n()
     per = d.state.get("per_language_tpc", {})
     en = per.get("en") or next(iter(per.values()), {})
-    labels = {"reused": "(i) reused LM heads", "medusa": "(ii) Medusa heads", "offsets": "(iii) position offsets (ours)",
-              "per_position": "(iv) per-position offsets", "low_rank": "(v) low-rank offsets",
-              "shared_low_rank": "(v') shared offsets + rank-1 map"}
     params = d.results.get("train", {}).get("code_predictor_params") or 1
     rows = []
     for name in d.state.get("drafters", {}):
         if name not in en:
             continue
         added = d.state["added_params"][name]
-        rows.append({"drafter": labels.get(name, name), "tokens_per_call": en[name][cfg.budgets.index(n)],
+        rows.append({"drafter": DRAFTER_LABELS.get(name, name), "name": name,
+                     "tokens_per_call": en[name][cfg.budgets.index(n)],
                      "added_params": added, "added_params_pct": 100.0 * added / params, "N": n})
     return rows
 
@@ -527,6 +559,7 @@ STEPS = [
     Step("trees", step_trees, needs=("train",)),
     Step("acceptance", step_acceptance, needs=("trees",)),
     Step("profile", step_profile, needs=("trees",)),
+    Step("wallclock", step_wallclock, needs=("trees",)),
     Step("wer", step_wer, needs=("trees",)),
     Step("ab", step_ab, needs=("trees",)),
     Step("lossless", step_lossless, needs=("trees",)),

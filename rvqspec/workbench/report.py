@@ -2,8 +2,9 @@
 
 Everything on the page is derived from the results dict (plus the WAV files it names), so a report
 can be re-rendered from a results file alone (`render_report(results, out_dir)`), and tests can
-render one from a small fixture. The page is self-contained: plotly.js is inlined once (there is no
-network for a CDN), audio is embedded as data URIs (the WAV files stay next to the HTML too).
+render one from a small fixture. The page is self-contained (there is no network for a CDN):
+plotly.js is embedded once, gzip-compressed, and audio as MP3 data URIs (the WAV files stay next
+to the HTML too).
 
 Results layout (each key optional; a missing or 'not available' step shows as a note):
 
@@ -66,21 +67,104 @@ def table_html(rows: Sequence[dict], columns: Sequence[tuple[str, str]], caption
     return f'<table{tid} class="results">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
+# CJK text (Japanese and Mandarin sentences) needs a font with those glyphs: Debian's
+# fonts-wqy-microhei (installed by .ci/run) or whatever CJK font the viewer's system has.
+FONT_STACK = ('system-ui, "Noto Sans", "Noto Sans CJK JP", "Noto Sans CJK SC", "WenQuanYi Micro Hei", '
+              '"Hiragino Sans", "PingFang SC", "Microsoft YaHei", sans-serif')
+
+
 def figure_html(fig: go.Figure, div_id: str) -> str:
-    """A plotly figure as a div + script; plotly.js itself is inlined once in the page head."""
-    return (f'<div class="figure" data-figure="{_esc(div_id)}">'
-            + fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                          config={"displaylogo": False, "responsive": True})
-            + "</div>")
+    """A plotly figure as an empty div plus its JSON spec; the page's one loader script draws every
+    spec once plotly.js is unpacked (`page_scripts`). The toolbar stands vertical at the right edge,
+    clear of the left-aligned title."""
+    fig.update_layout(modebar=dict(orientation="v"), title=dict(x=0.0, xanchor="left", xref="paper"),
+                      font=dict(family=FONT_STACK))
+    spec = json.loads(fig.to_json())
+    spec["config"] = {"displaylogo": False, "responsive": True}
+    # "</" inside a <script> element would end it early: escape the slash (still valid JSON)
+    payload = json.dumps(spec, separators=(",", ":")).replace("</", "<\\/")
+    return (f'<div class="figure" data-figure="{_esc(div_id)}"><div id="{_esc(div_id)}" class="plotly-graph-div">'
+            f'</div><script type="application/json" class="fig-spec" data-target="{_esc(div_id)}">{payload}'
+            "</script></div>")
 
 
-def audio_html(wav: bytes, label: str) -> str:
-    uri = "data:audio/wav;base64," + base64.b64encode(wav).decode("ascii")
+# plotly.js (4.8 MB) travels gzip-compressed and base64-encoded inside the page (2 MB), so the page
+# stays one self-contained file with no network; the browser's DecompressionStream unpacks it.
+_LOADER = """
+(async () => {
+  const b64 = document.getElementById('plotly-gz').textContent.trim();
+  const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+  const js = document.createElement('script');
+  js.textContent = await new Response(stream).text();
+  document.head.appendChild(js);
+  for (const el of document.querySelectorAll('script.fig-spec')) {
+    const spec = JSON.parse(el.textContent);
+    Plotly.newPlot(el.dataset.target, spec.data, spec.layout, spec.config);
+  }
+})();
+"""
+
+
+def page_scripts() -> str:
+    """The compressed plotly.js and the loader that draws every figure of the page."""
+    import gzip
+
+    import plotly.offline
+
+    packed = base64.b64encode(gzip.compress(plotly.offline.get_plotlyjs().encode("utf-8"), 9, mtime=0))
+    return (f'<script id="plotly-gz" type="application/octet-stream">{packed.decode("ascii")}</script>'
+            f"<script>{_LOADER}</script>")
+
+
+def audio_bytes(audio: np.ndarray, rate: int) -> bytes:
+    """MP3 (libsndfile's LAME encoder) of a mono clip: about a tenth of 16-bit PCM, and every
+    browser plays it."""
+    import io
+
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, np.asarray(audio, dtype=np.float32), int(rate), format="MP3", subtype="MPEG_LAYER_III")
+    return buf.getvalue()
+
+
+def audio_html(mp3: bytes, label: str) -> str:
+    uri = "data:audio/mpeg;base64," + base64.b64encode(mp3).decode("ascii")
     return f'<figure class="clip"><figcaption>{label}</figcaption><audio controls preload="auto" src="{uri}"></audio></figure>'
 
 
 def note_html(text: str) -> str:
     return f'<p class="note">{_esc(text)}</p>'
+
+
+def speed_phrase(ratio: float) -> str:
+    """'1.62x faster (a speed-up)' / '0.68x the speed (a slowdown)': below 1 is a slowdown."""
+    if ratio > 1.0:
+        return f"{ratio:.2f}x the speed of autoregressive decoding, a speed-up"
+    if ratio < 1.0:
+        return f"{ratio:.2f}x the speed of autoregressive decoding, a slowdown"
+    return "the same speed as autoregressive decoding"
+
+
+def verdict(results: dict) -> str:
+    """The report's first sentence, computed from the run: the measured wall-clock ratio of the
+    speculative inner loop to AR at the chosen N and drafter, and each drafter's tokens per call."""
+    wc = results.get("wallclock") or {}
+    rows = wc.get("rows") or []
+    main = next((r for r in rows if r["drafter"] == wc.get("main_drafter")), rows[0] if rows else None)
+    if main is None:
+        why = (results.get("steps", {}).get("wallclock") or {}).get("note") or "the wall-clock step did not run"
+        return f"Verdict: no wall-clock measurement in this run ({why})."
+    n = main["N"]
+    tpc = {r.get("name", r["drafter"]): r["tokens_per_call"] for r in results.get("drafters") or []
+           if r.get("tokens_per_call") is not None}
+    others = "; ".join(f"{k} {v:.2f}" for k, v in tpc.items())
+    out = (f"Verdict: on this machine the speculative inner loop ({main['drafter']} drafter, N = {n}) ran at "
+           f"{speed_phrase(main['ratio'])} (measured, AR and speculative interleaved over {main['frames']} frames)")
+    if others:
+        out += f"; tokens per code-predictor call at N = {n} (English eval): {others}"
+    return out + "."
 
 
 # ---- figures from results ----------------------------------------------------------------------
@@ -197,14 +281,14 @@ def loss_figure(train: dict) -> go.Figure:
                 w = max(5, len(ys) // 20)
                 smooth = np.convolve(np.asarray(ys, dtype=float), np.ones(w) / w, mode="valid")
                 fig.add_trace(go.Scatter(x=xs[w - 1:], y=smooth, mode="lines", name=f"train (mean of {w})"))
-    fig.update_layout(title="Offset training: cross-entropy of the drafted codes", xaxis_title="step",
-                      yaxis_title="loss", height=320, margin=dict(l=50, r=20, t=50, b=40))
+    fig.update_layout(title="Drafter training: cross-entropy per drafted code", xaxis_title="step",
+                      yaxis_title="nats per draft", height=320, margin=dict(l=50, r=20, t=50, b=40))
     return fig
 
 
 # ---- the page ----------------------------------------------------------------------------------
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
+body { font-family: FONT_STACK; margin: 2rem auto; max-width: 1200px; color: #222; }
 h1 { margin-bottom: 0.2rem; } .sub { color: #666; margin-top: 0; }
 table.results { border-collapse: collapse; margin: 1rem 0; font-size: 0.9rem; }
 table.results caption { caption-side: top; text-align: left; color: #444; padding-bottom: 0.3rem; }
@@ -215,7 +299,8 @@ table.results th:first-child, table.results td:first-child { text-align: left; }
 .clip { display: inline-block; margin: 0.3rem 1rem 0.3rem 0; } .clip audio { width: 320px; }
 section { margin-bottom: 2.5rem; }
 #steps td:last-child { text-align: left; max-width: 700px; }
-"""
+.verdict { font-size: 1.15rem; background: #eef5ff; border-left: 4px solid #4c78a8; padding: 8px 12px; }
+""".replace("FONT_STACK", FONT_STACK)
 
 
 def _steps_section(steps: dict) -> str:
@@ -239,8 +324,6 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     """Write `out_dir/index.html` (and `out_dir/results.json`) from a results dict; returns the HTML path.
 
     WAV paths in results['ab'] are relative to `audio_root` (default `out_dir`)."""
-    import plotly.offline
-
     from rvqspec.workbench.notebook_results import to_jsonable
 
     out_dir = Path(out_dir)
@@ -254,19 +337,36 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     parts.append(f"<h1>{_esc(title)}</h1><p class='sub'>RVQ position-aware speculative decoding of the Qwen3-TTS "
                  f"code predictor (seed 000). {_esc(meta.get('mode', ''))} run, {_esc(stamp)}, "
                  f"{_fmt(meta.get('seconds'), 0)} s in all on {_esc(meta.get('device', 'cpu'))}.</p>")
+    parts.append(f"<p id='verdict' class='verdict'>{_esc(verdict(results))}</p>")
     if results.get("steps"):
         parts.append(_steps_section(results["steps"]))
+
+    # wall clock per drafter (the verdict's numbers)
+    wc = results.get("wallclock") or {}
+    parts.append("<section id='wallclock'><h2>Inner-loop wall clock, AR against speculative</h2>")
+    if wc.get("rows"):
+        rows = [dict(r, ratio_text=f"{r['ratio']:.2f}x ({r['verdict']})") for r in wc["rows"]]
+        parts.append(table_html(rows, [("drafter", "Drafter"), ("frames", "frames"),
+                                       ("ar_ms_per_frame", "AR ms / frame"), ("spec_ms_per_frame", "Spec ms / frame"),
+                                       ("tokens_per_call", "Toks/step"), ("ratio_text", "AR time / spec time")],
+                                caption=f"N = {_esc(wc['N'])}. Median per frame of the code predictor's 15 codes, "
+                                        "the two decoders alternating frame by frame on the same English eval "
+                                        "frames (one run, one machine); a ratio below 1 is a slowdown.",
+                                table_id="wallclock-table", digits={"ar_ms_per_frame": 3, "spec_ms_per_frame": 3}))
+    else:
+        parts.append(_unavailable(results, "wallclock", "inner-loop wall clock"))
+    parts.append("</section>")
 
     # Table 2: drafter ablation
     parts.append("<section id='table2'><h2>Drafters (seed Table 2)</h2>")
     if results.get("drafters"):
+        ns = sorted({r.get("N") for r in results["drafters"]}, key=str)
         parts.append(table_html(results["drafters"], [("drafter", "Drafter"), ("tokens_per_call", "Toks/step"),
                                                       ("added_params", "Added params"),
-                                                      ("added_params_pct", "Added params (% of code predictor)"),
-                                                      ("N", "N")],
-                                caption="Tokens per code-predictor call on free-running decoding (eval split, "
-                                        "English), frozen backbone and LM heads.", table_id="table2",
-                                digits={"added_params_pct": 4}))
+                                                      ("added_params_pct", "Added params (% of code predictor)")],
+                                caption=f"N = {_esc(', '.join(map(str, ns)))}. Tokens per code-predictor call on "
+                                        "free-running decoding (eval split, English), frozen backbone and LM heads.",
+                                table_id="table2", digits={"added_params_pct": 4}))
     else:
         parts.append(_unavailable(results, "acceptance", "drafter ablation"))
     parts.append("</section>")
@@ -274,15 +374,19 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     # Table 3: per language AR vs speculative
     parts.append("<section id='table3'><h2>Per language (seed Table 3)</h2>")
     if results.get("languages"):
-        parts.append(table_html(results["languages"],
+        ns = sorted({r.get("N") for r in results["languages"]}, key=str)
+        pct = [{**r, **{k: (100.0 * r[k] if isinstance(r.get(k), (int, float)) else r.get(k))
+                        for k in ("ar_wer", "spec_wer", "ar_cer", "spec_cer")}} for r in results["languages"]]
+        parts.append(table_html(pct,
                                 [("language", "Language"), ("n_clips", "clips"), ("audio_min", "Audio (min)"),
-                                 ("ar_tokens_per_call", "AR toks/step"), ("ar_wer", "AR WER"), ("ar_cer", "AR CER"),
-                                 ("spec_tokens_per_call", "Spec toks/step"), ("spec_wer", "Spec WER"),
-                                 ("spec_cer", "Spec CER")],
-                                caption="WER/CER (fractions) of the mini recognizer on synthesized speech; the "
-                                        "headline metric is CER for ja/zh, WER otherwise. Equal in distribution "
-                                        "by construction (lossless verification), so differences are sampling "
-                                        "noise.", table_id="table3", digits={"audio_min": 2}))
+                                 ("ar_tokens_per_call", "AR toks/step"), ("ar_wer", "AR WER %"), ("ar_cer", "AR CER %"),
+                                 ("spec_tokens_per_call", "Spec toks/step"), ("spec_wer", "Spec WER %"),
+                                 ("spec_cer", "Spec CER %")],
+                                caption=f"N = {_esc(', '.join(map(str, ns)))}. WER/CER in percent of the mini "
+                                        "recognizer on synthesized speech; the headline metric is CER for ja/zh, "
+                                        "WER otherwise. Equal in distribution by construction (lossless "
+                                        "verification), so differences are sampling noise.", table_id="table3",
+                                digits={"audio_min": 2, "ar_wer": 1, "spec_wer": 1, "ar_cer": 1, "spec_cer": 1}))
     else:
         parts.append(_unavailable(results, "wer", "per-language WER parity"))
     parts.append("</section>")
@@ -295,7 +399,8 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
                                                      ("tokens_per_call", "toks/step"), ("min_p", "min p"),
                                                      ("threshold", "threshold"), ("impossible", "p = 0 cells hit"),
                                                      ("verdict", "verdict")],
-                                caption="The speculative decoder's codes for one frame context against the exact AR "
+                                caption=f"N = {_esc(ll.get('N', '?'))}, drafter {_esc(ll.get('drafter', '?'))}. "
+                                        "The speculative decoder's codes for one frame context against the exact AR "
                                         "law of (c1, c2) and of c3 (enumerated) and against as many AR frames for "
                                         "every code c1..c15 (two-sample chi-square). A run passes when every p is "
                                         "at least the threshold (1e-6 over the number of tests) and no code of "
@@ -313,7 +418,11 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
         parts.append("<div class='grid'>" + figure_html(speedup_figure(prof), "fig-speedup")
                      + figure_html(latency_figure(prof), "fig-latency") + "</div>")
         if prof.get("best_N") is not None:
-            parts.append(f"<p>Best tree size here: <b>N* = {_esc(prof['best_N'])}</b>.</p>")
+            k = prof["budgets"].index(prof["best_N"]) if prof["best_N"] in prof["budgets"] else None
+            proj = "" if k is None else f" (projected {speed_phrase(float(prof['speedup'][k]))})"
+            parts.append(f"<p>Best tree size here: <b>N* = {_esc(prof['best_N'])}</b>{_esc(proj)}. The projection "
+                         "is tokens per call over the measured verify / AR call-time ratio; the measured wall "
+                         "clock of whole frames is the verdict above.</p>")
     else:
         parts.append(_unavailable(results, "profile", "device profile"))
     parts.append("</section>")
@@ -371,8 +480,7 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
 
     body = "\n".join(parts)
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
-            f"<style>{CSS}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
-            f"</head><body>{body}</body></html>")
+            f"<style>{CSS}</style></head><body>{body}{page_scripts()}</body></html>")
     path = out_dir / "index.html"
     path.write_text(page, encoding="utf-8")
     return path
@@ -394,7 +502,6 @@ def _ab_section(items: Iterable[dict], audio_root: Path) -> str:
                 row.append(note_html(f"missing audio file {c['wav']}"))
                 clips.append(None)
                 continue
-            wav = wav_path.read_bytes()
             audio, rate = sf.read(str(wav_path), dtype="float32")
             clips.append(Clip(label="AR" if side == "ar" else "speculative", text=item["text"],
                               language=item["language"], seed=int(item["seed"]), audio=audio, sample_rate=int(rate),
@@ -402,7 +509,7 @@ def _ab_section(items: Iterable[dict], audio_root: Path) -> str:
                               hypothesis=c.get("hypothesis"), wer=c.get("wer"), cer=c.get("cer")))
             score = "" if c.get("wer") is None else f", WER {_fmt(c['wer'])}, CER {_fmt(c['cer'])}"
             heard = f"<br><small>heard: {_esc(c['hypothesis'])}</small>" if c.get("hypothesis") else ""
-            row.append(audio_html(wav, f"{'AR' if side == 'ar' else 'Speculative'} "
+            row.append(audio_html(audio_bytes(audio, rate), f"{'AR' if side == 'ar' else 'Speculative'} "
                                        f"({_fmt(c.get('tokens_per_call'))} tok/call{score}){heard}"))
         out.append(f"<h3>[{_esc(item['language'])}, seed {_esc(item['seed'])}] {_esc(item['text'])}</h3>" + "".join(row))
         if all(clips):
