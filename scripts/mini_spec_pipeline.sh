@@ -9,13 +9,13 @@ R=${RUNS:-runs/spec}
 D=${DATA:-data/mini}
 RV=${RVQSPEC:-.venv/bin/rvqspec}
 mkdir -p "$R" "$D/drafters" "$D/trees" "$D/bench"
-$RV spec extract --model-dir "$M" --out "$R/tf_train" --split train --language en --source teacher_forced
-$RV spec extract --model-dir "$M" --out "$R/fr_calib" --split calibration --language en --source free_running --seed 0
+$RV spec extract --model "$M" --out-dir "$R/tf_train" --split train --lang en --source teacher_forced
+$RV spec extract --model "$M" --out-dir "$R/fr_calib" --split calibration --lang en --source free_running --seed 0
 for k in offsets per_position low_rank medusa shared_low_rank; do
-  $RV spec train --model-dir "$M" --shards "$R/tf_train" --kind $k --out "$D/drafters/$k.safetensors" --loss-out "$R/loss_$k.json"
+  $RV spec train --model "$M" --shards "$R/tf_train" --kind $k --out "$D/drafters/$k.safetensors" --loss-out "$R/loss_$k.json"
 done
-$RV spec calibrate --model-dir "$M" --shards "$R/fr_calib" --out "$D/trees/acceptance_reused.json"
-$RV spec calibrate --model-dir "$M" --shards "$R/fr_calib" --drafter "$D/drafters/offsets.safetensors" --out "$D/trees/acceptance_offsets.json"
+$RV spec calibrate --model "$M" --shards "$R/fr_calib" --out "$D/trees/acceptance_reused.json"
+$RV spec calibrate --model "$M" --shards "$R/fr_calib" --drafter "$D/drafters/offsets.safetensors" --out "$D/trees/acceptance_offsets.json"
 for n in 4 8 16 32 64; do
   $RV spec grow-tree --acceptance "$D/trees/acceptance_offsets.json" --budget $n --out "$D/trees/offsets_n$n.json"
 done

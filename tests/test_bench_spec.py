@@ -88,37 +88,37 @@ def test_cli_pipeline(ckpt, tmp_path):
         assert res.exit_code == 0, res.output + repr(res.exception)
         return res.output
 
-    ok(["spec", "extract", "--model-dir", ckpt, "--out", tmp_path / "tf", "--frames-fn", fn, "--split", "train"])
-    ok(["spec", "extract", "--model-dir", ckpt, "--out", tmp_path / "fr", "--frames-fn", fn,
+    ok(["spec", "extract", "--model", ckpt, "--out-dir", tmp_path / "tf", "--frames-fn", fn, "--split", "train"])
+    ok(["spec", "extract", "--model", ckpt, "--out-dir", tmp_path / "fr", "--frames-fn", fn,
         "--split", "calibration", "--source", "free_running"])
-    out = ok(["spec", "train", "--model-dir", ckpt, "--shards", tmp_path / "tf", "--out", tmp_path / "d.safetensors",
+    out = ok(["spec", "train", "--model", ckpt, "--shards", tmp_path / "tf", "--out", tmp_path / "d.safetensors",
               "--kind", "offsets", "--epochs", "2"])
     assert json.loads(out[out.rindex('{"out"'):])["steps"] == 2  # 27 frames / batch 32 = 1 step per epoch
-    ok(["spec", "calibrate", "--model-dir", ckpt, "--shards", tmp_path / "fr", "--out", tmp_path / "acc.json",
+    ok(["spec", "calibrate", "--model", ckpt, "--shards", tmp_path / "fr", "--out", tmp_path / "acc.json",
         "--drafter", tmp_path / "d.safetensors", "--max-rank", "4"])
     ok(["spec", "grow-tree", "--acceptance", tmp_path / "acc.json", "--out", tmp_path / "tree.json", "--budget", "5"])
     assert len(SparseTree.load(tmp_path / "tree.json")) == 5
-    ok(["bench", "acceptance", "--model-dir", ckpt, "--calibration", tmp_path / "fr", "--frames-fn", fn,
-        "--drafter", f"offsets={tmp_path / 'd.safetensors'}", "--budgets", "2", "--budgets", "4",
-        "--languages", "en", "--run-frames", "5", "--json", "--out", tmp_path / "acc_bench.json"])
+    ok(["bench", "acceptance", "--model", ckpt, "--calibration", tmp_path / "fr", "--frames-fn", fn,
+        "--drafter", f"offsets={tmp_path / 'd.safetensors'}", "--budget", "2", "--budget", "4",
+        "--lang", "en", "--run-frames", "5", "--json", "--out", tmp_path / "acc_bench.json"])
     r = json.loads((tmp_path / "acc_bench.json").read_text())
     assert set(r["drafters"]) == {"reused", "offsets"}
-    ok(["bench", "spec", "--acceptance-json", tmp_path / "acc_bench.json", "--drafter-name", "offsets",
-        "--model-dir", ckpt, "--drafter", tmp_path / "d.safetensors", "--budget", "4", "--frames-fn", fn,
+    ok(["bench", "spec", "--acceptance", tmp_path / "acc_bench.json", "--acceptance-drafter", "offsets",
+        "--model", ckpt, "--drafter", tmp_path / "d.safetensors", "--budget", "4", "--frames-fn", fn,
         "--frames", "4", "--no-full-size", "--json", "--out", tmp_path / "spec.json"])
     s = json.loads((tmp_path / "spec.json").read_text())
     assert s["mini"]["frames"] == 4
-    ok(["bench", "lossless", "--model-dir", ckpt, "--drafter", tmp_path / "d.safetensors", "--acceptance-json",
-        tmp_path / "acc_bench.json", "--drafter-name", "offsets", "--budget", "4", "--frames-fn", fn,
+    ok(["bench", "lossless", "--model", ckpt, "--drafter", tmp_path / "d.safetensors", "--acceptance",
+        tmp_path / "acc_bench.json", "--acceptance-drafter", "offsets", "--budget", "4", "--frames-fn", fn,
         "--contexts", "2", "--frames", "30", "--control-frames", "20", "--json", "--out", tmp_path / "ll.json"])
     ll = json.loads((tmp_path / "ll.json").read_text())
     assert len(ll["contexts"]) == 2 and len(ll["tree"]) == 4
     assert set(ll["contexts"][0]) == {"c0", "decoder", "control_always_accept", "control_full_p"}
     assert ll["contexts"][1]["decoder"]["frames"] == 30 and ll["contexts"][1]["control_full_p"]["frames"] == 20
-    bad = runner.invoke(app, ["bench", "lossless", "--model-dir", str(ckpt), "--drafter", str(tmp_path / "d.safetensors"),
-                              "--acceptance-json", str(tmp_path / "acc_bench.json"), "--budget", "7"])
+    bad = runner.invoke(app, ["bench", "lossless", "--model", str(ckpt), "--drafter", str(tmp_path / "d.safetensors"),
+                              "--acceptance", str(tmp_path / "acc_bench.json"), "--budget", "7"])
     flat = " ".join(bad.output.replace("│", " ").split())  # rich wraps the message in a box
     assert bad.exit_code != 0 and "no tree for drafter 'offsets' at N=7" in flat, bad.output
-    bad = runner.invoke(app, ["spec", "extract", "--model-dir", str(ckpt), "--out", str(tmp_path / "x"),
+    bad = runner.invoke(app, ["spec", "extract", "--model", str(ckpt), "--out-dir", str(tmp_path / "x"),
                               "--frames-fn", "nomodule"])
     assert bad.exit_code != 0 and "module:function" in bad.output

@@ -62,7 +62,7 @@ def test_info_table_and_errors(tiny_ckpt, tmp_path: Path) -> None:
 def test_bench_ar_help_lists_options() -> None:
     res = runner.invoke(app, ["bench", "ar", "--help"])
     assert res.exit_code == 0
-    for opt in ("--calls", "--warmup", "--dtypes", "--threads", "--json"):
+    for opt in ("--calls", "--warmup", "--dtype", "--threads", "--json"):
         assert opt in res.output
 
 

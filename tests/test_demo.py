@@ -78,12 +78,12 @@ def test_report_command_rerenders(tmp_path):
     assert (tmp_path / "index.html").is_file() and "table3" in (tmp_path / "index.html").read_text()
     (tmp_path / "bad.json").write_text("{")
     out = CliRunner().invoke(app, ["report", str(tmp_path / "bad.json")])
-    assert out.exit_code != 0 and "cannot read results JSON" in out.output
+    assert out.exit_code == 2 and "bad.json: not valid JSON" in out.output
 
 
 def test_demo_command_explains_a_missing_world(tmp_path):
     from rvqspec.cli import app
 
-    out = CliRunner().invoke(app, ["demo", "--quick", "--data", str(tmp_path), "--out", str(tmp_path / "r")])
+    out = CliRunner().invoke(app, ["demo", "--quick", "--data", str(tmp_path), "--out-dir", str(tmp_path / "r")])
     assert out.exit_code == 2
     assert "lacks model, codec, corpus, recognizer" in out.output and "rvqspec mini build" in out.output

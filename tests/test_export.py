@@ -320,10 +320,10 @@ def test_export_cli_errors(tmp_path):
     from rvqspec.cli import app
 
     runner = CliRunner()
-    res = runner.invoke(app, ["export", "onnx", "--tree", str(tmp_path / "none.json"), "--out", str(tmp_path / "o")])
+    res = runner.invoke(app, ["export", "onnx", "--tree", str(tmp_path / "none.json"), "--out-dir", str(tmp_path / "o")])
     assert res.exit_code == 2 and "no such tree file" in res.output
     bad = tmp_path / "bad.json"
     bad.write_text("[[0], [1, 0, 0]]")
-    res = runner.invoke(app, ["export", "coreml", "--tree", str(bad), "--out", str(tmp_path / "o")])
+    res = runner.invoke(app, ["export", "coreml", "--tree", str(bad), "--out-dir", str(tmp_path / "o")])
     assert res.exit_code == 2 and "prefix" in res.output
     assert not (tmp_path / "o").exists()

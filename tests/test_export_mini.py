@@ -80,7 +80,7 @@ def test_mini_onnx_cli(tmp_path):
     tree = tmp_path / "tree.json"
     SparseTree.grow(TABLE, budget=4, max_depth=3).save(tree)
     res = CliRunner().invoke(app, ["export", "onnx", "--model", str(MINI), "--tree", str(tree),
-                                   "--out", str(tmp_path / "o")])
+                                   "--out-dir", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["check"]["fused"]["argmax_equal"] and out["check"]["fused"]["draft_tokens_equal"]

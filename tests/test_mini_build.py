@@ -103,8 +103,8 @@ def test_cli_verify(toy):
     paths, _ = toy
     res = CliRunner().invoke(app, ["mini", "verify", "--data", str(paths.data)])
     assert res.exit_code == 0 and "ok:" in res.output
-    res = CliRunner().invoke(app, ["mini", "build", "--steps", "bogus", "--out", str(paths.data)])
-    assert res.exit_code == 1
+    res = CliRunner().invoke(app, ["mini", "build", "--steps", "bogus", "--out-dir", str(paths.data)])
+    assert res.exit_code == 2
 
 
 def _have(module):

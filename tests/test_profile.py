@@ -154,7 +154,7 @@ def test_cli_skip_and_errors():
     res = runner.invoke(app, ["profile", "--backend", "onnx", "--dtype", "bf16"])
     assert res.exit_code == 2 and "fp32" in res.output
     res = runner.invoke(app, ["profile", "--model", "/nonexistent/ckpt", "--calls", "1", "--warmup", "0",
-                              "--sizes", "1"])
+                              "--budget", "1"])
     assert res.exit_code == 2 and "preset" in res.output
 
 

@@ -211,7 +211,7 @@ def test_train_and_evaluate_from_a_corpus(toy_rows, tmp_path, audio_as_bytes):
     from rvqspec.cli import app
 
     result = CliRunner().invoke(app, ["asr", "eval", "--recognizer", str(tmp_path / "rec"), "--corpus",
-                                      str(corpus), "--language", "ja", "--json", "--threads", "1"])
+                                      str(corpus), "--lang", "ja", "--json", "--threads", "1"])
     assert result.exit_code == 0, result.output
     cli_rows = json.loads(result.stdout[result.stdout.index("["):])
     assert [(r["language"], r["condition"]) for r in cli_rows] == [("ja", "clean")]

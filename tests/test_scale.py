@@ -113,7 +113,7 @@ def in_process(args: list[str]) -> None:
 
 
 def extract_args(model_dir, data, out):
-    return ["real", "extract", str(model_dir), str(data), "--out", str(out), "--language", "en",
+    return ["real", "extract", "--model", str(model_dir), str(data), "--out-dir", str(out), "--lang", "en",
             "--speaker", SPEAKER, "--codec", f"{PLUGINS}:ToyCodec", "--text-tokenizer", f"{PLUGINS}:text_ids",
             "--unit-items", "2", "--shard-frames", "4", "--dtype", "float32"]
 
@@ -167,7 +167,7 @@ def test_two_process_training_all_reduces(world) -> None:
         in_process(extract_args(model_dir, data, shards))
     out = root / "offsets.safetensors"
     steps, B = 3, 4
-    rvqspec(["real", "train-offsets", str(model_dir), str(shards), "--out", str(out), "--batch-size", str(B),
+    rvqspec(["real", "train-offsets", "--model", str(model_dir), str(shards), "--out", str(out), "--batch-size", str(B),
              "--max-steps", str(steps), "--lr", "0.01", "--epochs", "5"], procs=2, port=29518)
     got = load_file(str(out))["offsets"]
     # reference: one process, each rank's batch stream, step s = both ranks' s-th batches concatenated

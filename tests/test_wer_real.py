@@ -60,7 +60,7 @@ def test_evaluate_command_end_to_end(tmp_path) -> None:
         rows.append(f"e{i}.wav,evaluation line {i}")
     (data / "metadata.csv").write_text("\n".join(rows) + "\n")
     out = tmp_path / "eval"
-    args = ["real", "evaluate", str(tmp_path / "model"), str(data), "--out", str(out), "--language", "en",
+    args = ["real", "evaluate", "--model", str(tmp_path / "model"), str(data), "--out-dir", str(out), "--lang", "en",
             "--speaker", SPEAKER, "--asr", f"*={PLUGINS}:EchoASR", "--codec", f"{PLUGINS}:ToyCodec",
             "--text-tokenizer", f"{PLUGINS}:text_ids", "--seeds", "2", "--max-new-tokens", "6", "--unit-items", "1"]
     r = CliRunner().invoke(app, args)
@@ -131,8 +131,8 @@ def test_mini_backend_extract_and_evaluate(toy_mini) -> None:
 
     r = toy_mini
     runner = CliRunner()
-    res = runner.invoke(app, ["real", "extract", str(r / "model"), str(r / "fleurs"), "--split", "test",
-                              "--out", str(r / "shards"), "--codec", f"mini:{r / 'codec'}", "--backend", "mini",
+    res = runner.invoke(app, ["real", "extract", "--model", str(r / "model"), str(r / "fleurs"), "--split", "test",
+                              "--out-dir", str(r / "shards"), "--codec", f"mini:{r / 'codec'}", "--backend", "mini",
                               "--dtype", "float32"])
     assert res.exit_code == 0, res.output
     # the item's own phoneme_frames drive the talker (exact alignment): same states as rvqspec.core.frame_loop
@@ -146,8 +146,8 @@ def test_mini_backend_extract_and_evaluate(toy_mini) -> None:
     assert torch.equal(forcer.for_item(item, codes), ref) and forcer.stretched == 0
     h, c = next(iter(ShardDataset(r / "shards", batch_size=10_000, shuffle=False)))
     assert torch.equal(c[: codes.shape[0]], codes)
-    res = runner.invoke(app, ["real", "evaluate", str(r / "model"), str(r / "fleurs"), "--split", "test",
-                              "--out", str(r / "eval"), "--backend", "mini", "--mini-codec", str(r / "codec"),
+    res = runner.invoke(app, ["real", "evaluate", "--model", str(r / "model"), str(r / "fleurs"), "--split", "test",
+                              "--out-dir", str(r / "eval"), "--backend", "mini", "--mini-codec", str(r / "codec"),
                               "--asr", f"*={PLUGINS}:EchoASR", "--seeds", "1"])
     assert res.exit_code == 0, res.output
     t = json.loads((r / "eval" / "table3.json").read_text())

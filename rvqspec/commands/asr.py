@@ -12,8 +12,7 @@ from typing import Optional
 
 import typer
 
-# 1 by default: on the shared 2-core machine, 2 threads ran the codec's small FFTs ~10x slower
-THREADS_HELP = "torch CPU threads"
+from rvqspec.commands import options as opt
 
 asr_app = typer.Typer(help="The mini recognizer and WER/CER: train, eval, transcribe.", no_args_is_help=True)
 
@@ -33,11 +32,11 @@ def train(
     corpus: Optional[Path] = typer.Option(None, help="mini corpus (HF dataset dir); default runs/mini/corpus"),
     codec: Optional[Path] = typer.Option(None, help="mini codec dir for resynthesis augmentation; "
                                                     "default data/mini/codec if present"),
-    out: Optional[Path] = typer.Option(None, help="artifact directory; default data/mini/recognizer"),
+    out: Optional[Path] = opt.out_dir(None, "Artifact folder; default data/mini/recognizer."),
     toy: bool = typer.Option(False, help="RecognizerConfig.toy(): trains in seconds, for smoke tests"),
     epochs: Optional[int] = typer.Option(None, help="override RecognizerConfig.epochs"),
     max_minutes: Optional[float] = typer.Option(None, help="override RecognizerConfig.max_minutes"),
-    threads: int = typer.Option(1, help=THREADS_HELP),
+    threads: int = opt.threads(),
 ) -> None:
     """Train the CTC recognizer on the corpus's model_train split (six languages) and save it."""
     import dataclasses
@@ -66,10 +65,10 @@ def evaluate(
     corpus: Optional[Path] = typer.Option(None, help="mini corpus; default runs/mini/corpus"),
     codec: Optional[Path] = typer.Option(None, help="also score codec-resynthesized audio (codec dir)"),
     split: str = typer.Option("eval", help="corpus split"),
-    language: Optional[list[str]] = typer.Option(None, help="restrict to these languages (repeatable)"),
+    language: Optional[list[str]] = opt.langs(None, "Restrict to these languages (repeatable)."),
     max_per_language: Optional[int] = typer.Option(None, help="at most this many utterances per language"),
-    as_json: bool = typer.Option(False, "--json", help="JSON rows on stdout instead of a table"),
-    threads: int = typer.Option(1, help=THREADS_HELP),
+    as_json: bool = opt.as_json("JSON rows on stdout instead of a table."),
+    threads: int = opt.threads(),
 ) -> None:
     """Per-language WER/CER of a recognizer on clean (and codec-resynthesized) corpus audio."""
     import torch
@@ -87,7 +86,7 @@ def evaluate(
 @asr_app.command("transcribe")
 def transcribe(
     files: list[Path] = typer.Argument(..., help="audio files (any rate soundfile reads)"),
-    language: str = typer.Option("en", help="language code"),
+    language: str = opt.lang(),
     recognizer: Optional[Path] = typer.Option(None, help="mini recognizer dir or transformers model"),
 ) -> None:
     """Print one transcript per audio file."""

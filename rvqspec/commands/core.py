@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from rvqspec.real.bench_ar import BenchARConfig
+from rvqspec.commands import options as opt
 from rvqspec.commands.bench import bench_app
 
 _BENCH = BenchARConfig()  # the one place the bench defaults live
@@ -20,17 +21,17 @@ def _fmt_count(n: int) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("info")
-    def info(path: Path = typer.Argument(..., help="Checkpoint directory in the official layout "
-                                                   "(config.json + model.safetensors)."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
+    def info(model: Optional[Path] = opt.model(None, "Checkpoint folder in the official layout "
+                                                      "(config.json + model.safetensors)."),
+             path: Optional[Path] = typer.Argument(None, hidden=True, help="The checkpoint, as --model."),
+             as_json: bool = opt.as_json("Print JSON instead of tables.")) -> None:
         """Architecture, parameter counts and per-call weight bytes of a Qwen3-TTS checkpoint."""
-        from rvqspec.core.checkpoint import CheckpointError, checkpoint_info
+        from rvqspec.core.checkpoint import checkpoint_info
 
-        try:
-            data = checkpoint_info(path)
-        except CheckpointError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2)
+        model = model or path
+        if model is None:
+            raise typer.BadParameter("give the checkpoint with --model PATH")
+        data = checkpoint_info(model)
         if as_json:
             typer.echo(json.dumps(data, indent=2))
             return
@@ -64,27 +65,27 @@ def register(app: typer.Typer) -> None:
         calls: int = typer.Option(_BENCH.calls, help="Timed single-step calls (spread over the rounds)."),
         frames: int = typer.Option(_BENCH.frames, help="Timed rounds: frames of ours and of the official loop each."),
         warmup: int = typer.Option(_BENCH.warmup, help="Untimed warm-up rounds."),
-        dtypes: Optional[List[str]] = typer.Option(None, "--dtypes", help="Dtype to time (repeatable); default "
+        dtypes: Optional[List[str]] = typer.Option(None, "--dtype", help="Dtype to time (repeatable); default "
                                                    + " and ".join(_BENCH.dtypes) + "."),
-        threads: int = typer.Option(_BENCH.threads, help="torch.set_num_threads for the run."),
-        preset: str = typer.Option(_BENCH.preset, help="CodePredictorConfig preset (random weights)."),
+        threads: int = opt.threads(_BENCH.threads, "torch.set_num_threads for the run."),
+        preset: str = opt.model(_BENCH.preset, "CodePredictorConfig preset name (random weights)."),
         official: bool = typer.Option(_BENCH.official, help="Also time the official HF generate loop."),
         compiled: bool = typer.Option(_BENCH.compiled, help="Also time the compiled predictor "
                                       "(rvqspec.CompiledCodePredictor; needs a C++ compiler, compiles ~1 min)."),
-        as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout (progress on stderr)."),
-        out: Optional[Path] = typer.Option(None, help="Also write the JSON to this file."),
+        as_json: bool = opt.as_json("Print only JSON on stdout (progress on stderr)."),
+        out: Optional[Path] = opt.out(),
     ) -> None:
         """AR code-predictor latency: ours vs the official generate loop vs the bandwidth floor."""
+        from rvqspec.core.jsonfile import write_json_atomic
         from rvqspec.real.bench_ar import run_bench_ar
 
         bc = replace(_BENCH, calls=calls, frames=frames, warmup=warmup, threads=threads, preset=preset,
                      official=official, compiled=compiled, dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
         result = run_bench_ar(bc)
-        text = json.dumps(result, indent=2)
         if out is not None:
-            out.write_text(text + "\n")
+            write_json_atomic(out, result, indent=2)
         if as_json:
-            typer.echo(text)
+            typer.echo(json.dumps(result, indent=2))
             return
         for name, r in result["dtypes"].items():
             line = (f"{name}: step {r['ours_step_ms']:.2f} ms, frame {r['ours_frame_ms']:.1f} ms "

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from rvqspec.commands import options as opt
 from rvqspec.export import CoreMLConfig
 
 _CML = CoreMLConfig()  # the one place the Core ML defaults live
@@ -17,12 +18,11 @@ export_app = typer.Typer(help="Export the code predictor's AR step and fused spe
 
 _MODEL = typer.Option("0.6b", "--model", help="Checkpoint directory (official layout) or preset "
                                               "name (0.6b, 1.7b: full-size random weights).")
-_TREE = typer.Option(..., "--tree", help="Tree JSON (rank paths) or a device profile JSON (its N* tree).")
-_OUT = typer.Option(..., "--out", help="Output directory (built in a temporary sibling, then renamed).")
+_TREE = opt.tree(..., "Tree JSON (rank paths) or a device profile JSON (its N* tree).")
+_OUT = typer.Option(..., "--out-dir", help="Output folder (built in a temporary sibling, then renamed).")
 _HEADS = typer.Option(_CML.heads, "--heads", help="LM head access in the graphs: window (gather the round's "
                                                  "heads) or all (15 heads + one-hot pick, no weight gather).")
-_DRAFTER = typer.Option(None, "--drafter", help="offsets or shared_low_rank drafter file (safetensors); "
-                                                "default zeros = reused LM heads.")
+_DRAFTER = opt.drafter(None, "offsets or shared_low_rank drafter file (safetensors); default zeros = reused LM heads.")
 
 
 def _inputs(model: str, tree: Path, drafter: Optional[Path]):

@@ -5,18 +5,19 @@ from pathlib import Path
 
 import typer
 
+from rvqspec.commands import options as opt
 from rvqspec.mini.paths import DEFAULT_DATA_DIR, DEFAULT_RUNS_DIR
 
 mini_app = typer.Typer(help="The embedded mini world: synthetic speech corpus, RVQ codec, recognizer, model.",
                        no_args_is_help=True)
-_THREADS = typer.Option(1, "--threads", help="torch threads (0: torch's default).")  # build and evaluate
+_THREADS = opt.threads(1, "torch threads (0: torch's default).")  # build and evaluate
 
 
 @mini_app.command("build")
 def build_command(
     toy: bool = typer.Option(False, "--toy", help="A few sentences and tiny codebooks: a CI smoke build."),
-    out: Path = typer.Option(DEFAULT_DATA_DIR, "--out", help="Committed artifacts (codes, codec, manifest)."),
-    runs: Path = typer.Option(DEFAULT_RUNS_DIR, "--runs", help="Uncommitted artifacts (corpus with audio)."),
+    out: Path = opt.out_dir(DEFAULT_DATA_DIR, "Folder of the committed artifacts (codes, codec, manifest)."),
+    runs: Path = typer.Option(DEFAULT_RUNS_DIR, "--runs", help="Folder of the uncommitted artifacts (corpus with audio)."),
     steps: str = typer.Option("corpus,codec,recognizer,model", "--steps",
                               help="Comma-separated steps, run in dependency order."),
     threads: int = _THREADS,
@@ -32,7 +33,7 @@ def build_command(
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
     except (BuildError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(2)
     typer.echo(f"manifest: {Path(out) / 'manifest.json'} ({manifest['total_bytes'] / 1e6:.1f} MB of artifacts)")
 
 
@@ -54,8 +55,8 @@ def verify_command(
 @mini_app.command("say")
 def say_command(
     text: str = typer.Argument(..., help="Text to speak (Japanese in kana, Mandarin in hanzi)."),
-    lang: str = typer.Option("en", "--lang", help="en, de, es, ru, ja or zh."),
-    out: Path = typer.Option(Path("say.wav"), "--out", help="WAV file to write."),
+    lang: str = opt.lang(),
+    out: Path = opt.out(Path("say.wav"), "WAV file to write."),
     codec: Path = typer.Option(None, "--codec", help="Codec directory: write the codec round trip instead."),
 ) -> None:
     """Speak text with espeak-ng (optionally through the codec: encode, decode) into a 16 kHz WAV."""
@@ -78,9 +79,11 @@ def evaluate_command(
     data: Path = typer.Option(DEFAULT_DATA_DIR, "--data", help="Mini-world directory."),
     sentences: int = typer.Option(12, "--sentences", help="Held-out eval sentences per language."),
     seeds: int = typer.Option(1, "--seeds", help="Seeds per sentence."),
-    out: Path = typer.Option(None, "--out", help="Write the JSON and the depth-entropy plot (HTML) here."),
-    as_json: bool = typer.Option(False, "--json"),
+    out: Path = opt.out_dir(None, "Write mini_eval.json and the depth-entropy plot (HTML) into this folder."),
+    as_json: bool = opt.as_json(),
     threads: int = _THREADS,
+    temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+    greedy: bool = opt.greedy(),
 ) -> None:
     """Intelligibility (CER/WER by the recognizer) of free-running AR synthesis per language, and the
     code predictor's entropy per codebook (the RVQ depth structure)."""
@@ -88,12 +91,14 @@ def evaluate_command(
 
     import torch
 
+    sampling = opt.sampling(temperature, top_k, top_p, greedy)
     if threads < 0:
         raise typer.BadParameter(f"--threads must be >= 0, got {threads}")
     if threads:
         # torch's default (one thread per core) ran 8x slower per sentence on the shared 2-core
         # machine while two other single-thread jobs were running (measured: 12.8 s vs 1.0 s)
         torch.set_num_threads(threads)
+    from rvqspec.core.jsonfile import write_json_atomic
     from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.evaluate import MiniEvalConfig, entropy_figure, evaluate_mini
     from rvqspec.mini.pipeline import MiniTTS
@@ -101,10 +106,11 @@ def evaluate_command(
     tts = MiniTTS.load(data)
     rec = load_recognizer(Path(data) / "recognizer")
     res = evaluate_mini(tts, rec, Path(data) / "corpus",
-                        MiniEvalConfig(sentences_per_language=sentences, seeds=tuple(range(seeds))))
+                        MiniEvalConfig(sentences_per_language=sentences, seeds=tuple(range(seeds))),
+                        sampling=sampling)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "mini_eval.json").write_text(json.dumps(res, indent=2))
+        write_json_atomic(out / "mini_eval.json", res, indent=2)
         entropy_figure(res["depth_entropy"]).write_html(str(out / "depth_entropy.html"), include_plotlyjs=True)
     if as_json:
         typer.echo(json.dumps(res, indent=2))

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
+from rvqspec.commands import options as opt
 from rvqspec.measure.profile import BACKENDS, DTYPES, ProfileConfig
 
 _P = ProfileConfig()  # the one place the profile defaults live
@@ -17,24 +18,25 @@ def register(app: typer.Typer) -> None:
     def profile_cmd(
             backend: str = typer.Option(_P.backend, "--backend", help=f"One of {', '.join(BACKENDS)}."),
             dtype: str = typer.Option(_P.dtype, "--dtype", help=f"One of {', '.join(DTYPES)}."),
-            model: str = typer.Option(_P.model, "--model", help="Checkpoint directory or preset (0.6b: random)."),
+            model: str = opt.model(_P.model, "Checkpoint folder or preset name (0.6b: random weights)."),
             calls: int = typer.Option(_P.calls, "--calls", help="Timed calls per graph (seed 000 §3.4: 200)."),
             warmup: int = typer.Option(_P.warmup, "--warmup", help="Excluded warm-up calls (seed: 20)."),
-            sizes: str = typer.Option(",".join(map(str, _P.sizes)), "--sizes", help="Tree sizes N, comma separated."),
+            sizes: Optional[List[int]] = opt.budgets(None, "Tree budgets N (repeatable); default "
+                                                     + ", ".join(map(str, _P.sizes)) + "."),
             acceptance: Optional[Path] = typer.Option(None, "--acceptance", help="Acceptance JSON: {'N': {N: "
                                                       "tokens_per_call}} and/or {'acc': table}; default: "
                                                       "seed-fitted table."),
             acceptance_drafter: Optional[str] = typer.Option(None, "--acceptance-drafter", help="Drafter entry "
                                                              "of a `bench acceptance` JSON (default: offsets)."),
-            threads: int = typer.Option(_P.threads, "--threads", help="CPU threads (torch / onnxruntime)."),
+            threads: int = opt.threads(_P.threads, "CPU threads (torch / onnxruntime)."),
             compute_units: str = typer.Option(_P.compute_units, "--compute-units",
                                               help="coreml: ALL, CPU_AND_NE (ANE), CPU_AND_GPU, CPU_ONLY."),
             heads: str = typer.Option(_P.heads, "--heads", help="LM head access: window or all (see export)."),
             compile_: bool = typer.Option(_P.compile, "--compile", help="torch.compile the torch graphs."),
-            budget: Optional[float] = typer.Option(_P.budget_s, "--budget-s", help="Per-graph time cap in s: "
+            budget: Optional[float] = typer.Option(_P.budget_s, "--max-seconds", help="Per-graph time cap in s: "
                                                    "fewer timed calls (>= 20) where it would be exceeded."),
-            as_json: bool = typer.Option(False, "--json", help="Print the profile JSON on stdout."),
-            out: Optional[Path] = typer.Option(None, "--out", help="Write the device profile JSON here."),
+            as_json: bool = opt.as_json("Print the profile JSON on stdout."),
+            out: Optional[Path] = opt.out(None, "Write the device profile JSON here."),
             plot: Optional[Path] = typer.Option(None, "--plot", help="Also write the Figure 4 HTML here."),
             rescore_: Optional[Path] = typer.Option(None, "--rescore", help="Re-score this device profile's "
                                                     "latencies with --acceptance (no timing)."),
@@ -53,7 +55,7 @@ def register(app: typer.Typer) -> None:
                 backend, dtype = result["backend"], result["dtype"]
             else:
                 cfg = ProfileConfig(backend=backend, dtype=dtype, model=model, calls=calls, warmup=warmup,
-                                    sizes=tuple(int(s) for s in sizes.split(",") if s.strip()), threads=threads,
+                                    sizes=tuple(sizes) if sizes else _P.sizes, threads=threads,
                                     compile=compile_, budget_s=budget, compute_units=compute_units,
                                     heads=heads)
                 result = profile(cfg, load_acceptance(acceptance, cfg.max_depth, acceptance_drafter))
@@ -84,8 +86,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("figure4")
     def figure4_cmd(profiles: list[Path] = typer.Argument(..., help="Device profile JSON files."),
-                    out: Path = typer.Option(..., "--out", help="HTML file (a PNG next to it if kaleido exists)."),
-                    title: Optional[str] = typer.Option(None, "--title")) -> None:
+                    out: Path = opt.out(..., "HTML file (a PNG next to it if kaleido exists)."),
+                    title: Optional[str] = typer.Option(None, "--title", help="Figure title.")) -> None:
         """Seed 000 Figure 4 for measured devices: speed-up vs N per profile under the acceptance ceiling."""
         from rvqspec.workbench.plots import figure4, write_figure
         from rvqspec.measure.profile import ProfileError, load_device_profile

@@ -17,6 +17,9 @@ from typing import List, Optional
 
 import typer
 
+from rvqspec.commands import options as opt
+from rvqspec.core import defaults
+
 real_app = typer.Typer(help="Real Qwen3-TTS checkpoints and datasets: extract, train offsets, calibrate, "
                             "evaluate (works under `accelerate launch`).", no_args_is_help=True)
 
@@ -36,11 +39,11 @@ TEXT_HELP = "FILE.py:NAME callable str -> (1, L) ids; default: the checkpoint's 
 
 @real_app.command("extract")
 def extract_cmd(
-    model: Path = typer.Argument(..., help="official Qwen3-TTS checkpoint directory (config.json, model.safetensors)"),
+    model: Path = opt.model(..., "Official Qwen3-TTS checkpoint folder (config.json, model.safetensors)."),
     dataset: Path = typer.Argument(..., help="dataset directory (save_to_disk, parquet folder, or audio folder)"),
-    out: Path = typer.Option(..., help="output directory (unit_XXXXX/ shards + manifest.json)"),
+    out: Path = opt.out_dir(..., "Output folder (unit_XXXXX/ shards + manifest.json)."),
     split: Optional[str] = typer.Option(None, help="split of a DatasetDict (e.g. train)"),
-    language: Optional[str] = typer.Option(None, help="language of every item (LibriSpeech has no column)"),
+    language: Optional[str] = opt.lang(None, "Language of every item (LibriSpeech has no column)."),
     limit: Optional[int] = typer.Option(None, help="first N items only"),
     speaker: Optional[str] = typer.Option(None, help="CustomVoice speaker name for the prompt"),
     streaming: bool = typer.Option(False, help="streaming text layout instead of the wrappers' non-streaming one"),
@@ -56,7 +59,7 @@ def extract_cmd(
     seed: int = typer.Option(0, help="free-running sampling seed (per unit: seed + unit index)"),
     backend: str = typer.Option("official", help="official (official prompt builder) or mini (the mini world's "
                                                    "checkpoint and phoneme front end)"),
-    threads: int = typer.Option(1, help="torch CPU threads per process"),
+    threads: int = opt.threads(1, "torch CPU threads per process."),
 ) -> None:
     """Hidden states of a real dataset: teacher-forced for offset training (seed 000 §2.2), free-running
     for tree calibration (§3.3). Calibrate and grow trees with `rvqspec spec calibrate / grow-tree`."""
@@ -88,17 +91,17 @@ def extract_cmd(
 
 @real_app.command("train-offsets")
 def train_offsets_cmd(
-    model: Path = typer.Argument(..., help="official Qwen3-TTS checkpoint directory"),
+    model: Path = opt.model(..., "Official Qwen3-TTS checkpoint folder."),
     shards: Path = typer.Argument(..., help="merged extraction directory (manifest.json)"),
-    out: Path = typer.Option(..., help="drafter file to write (.safetensors)"),
+    out: Path = opt.out(..., "Drafter file to write (.safetensors)."),
     kind: str = typer.Option("offsets", help="drafter kind (rvqspec.core.drafters.make_drafter)"),
-    num_offsets: int = typer.Option(3, help="K"),
-    epochs: int = typer.Option(1),
+    num_offsets: int = typer.Option(defaults.K, help="K: trained offsets = draft lookahead (seed 000 §2.2)."),
+    epochs: int = typer.Option(1, help="Passes over the shards."),
     batch_size: int = typer.Option(32, help="per process (seed: 32 on one GPU)"),
-    lr: float = typer.Option(1e-3),
-    max_steps: Optional[int] = typer.Option(None),
-    seed: int = typer.Option(0),
-    threads: int = typer.Option(1),
+    lr: float = typer.Option(1e-3, help="Adam learning rate."),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
+    seed: int = typer.Option(0, help="Shuffling and initialisation seed."),
+    threads: int = opt.threads(),
 ) -> None:
     """Train the position offsets data-parallel (gradients averaged across processes)."""
     import torch
@@ -130,28 +133,30 @@ def train_offsets_cmd(
 
 @real_app.command("evaluate")
 def evaluate_cmd(
-    model: Path = typer.Argument(..., help="official Qwen3-TTS checkpoint directory"),
+    model: Path = opt.model(..., "Official Qwen3-TTS checkpoint folder (--backend mini: a mini model folder)."),
     dataset: Path = typer.Argument(..., help="evaluation dataset directory (Fleurs)"),
-    out: Path = typer.Option(..., help="output directory: unit_XXXXX/, table3.json, table3.md"),
-    drafter: Optional[Path] = typer.Option(None, help="trained drafter (default: zero offsets)"),
-    tree: Optional[Path] = typer.Option(None, help="tree JSON (default: top-1 chain of depth K)"),
+    out: Path = opt.out_dir(..., "Output folder: unit_XXXXX/, table3.json, table3.md."),
+    drafter: Optional[Path] = opt.drafter(None, "Trained drafter (default: zero offsets)."),
+    tree: Optional[Path] = opt.tree(None, "Tree JSON (default: top-1 chain of depth K)."),
     asr: List[str] = typer.Option(..., help="recognizer: PATH or LANG=PATH, repeatable ('*' = fallback); PATH = "
                                             "a local transformers ASR dir, a mini recognizer dir, or FILE.py:NAME"),
-    split: Optional[str] = typer.Option(None),
-    language: Optional[str] = typer.Option(None),
-    limit: Optional[int] = typer.Option(None),
+    split: Optional[str] = typer.Option(None, help="Split of a DatasetDict (e.g. test)."),
+    language: Optional[str] = opt.lang(None, "Language of every item (default: the dataset's column)."),
+    limit: Optional[int] = typer.Option(None, help="First N items only."),
     seeds: int = typer.Option(1, help="seeds per system (the seed averages ten)"),
-    speaker: Optional[str] = typer.Option(None),
+    speaker: Optional[str] = typer.Option(None, help="CustomVoice speaker name for the prompt."),
     max_new_tokens: int = typer.Option(2048, help="frames per utterance"),
-    auto_language: bool = typer.Option(False),
+    auto_language: bool = typer.Option(False, help="Prompt with language 'auto' instead of the item's language."),
     codec: Optional[str] = typer.Option(None, help=CODEC_HELP),
     text_tokenizer: Optional[str] = typer.Option(None, help=TEXT_HELP),
-    unit_items: int = typer.Option(16),
+    unit_items: int = typer.Option(16, help="Items per work unit (the unit of resumption)."),
     backend: str = typer.Option("official", help="official (Qwen3-TTS generate) or mini (the mini world's "
                                                    "model, phoneme front end and codec)"),
     mini_codec: Path = typer.Option(Path("data/mini/codec"), help="--backend mini: the mini codec directory"),
     device: str = typer.Option("cpu", help="recognizer device"),
-    threads: int = typer.Option(1),
+    threads: int = opt.threads(),
+    temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+    greedy: bool = opt.greedy(),
 ) -> None:
     """Seed Table 3: per language, tokens/step and WER/CER of AR vs speculative synthesis."""
     import torch
@@ -171,8 +176,11 @@ def evaluate_cmd(
     n_items = count_items(spec)
     scfg = ScaleConfig(unit_items=unit_items)
     n_units = num_units(n_items, scfg)
+    sampling = opt.sampling(temperature, top_k, top_p, greedy)
     cfg = EvalConfig(seeds=tuple(range(seeds)), max_new_tokens=max_new_tokens, speaker=speaker,
-                     use_language=not auto_language)
+                     use_language=not auto_language, subtalker_dosample=sampling.do_sample,
+                     subtalker_top_k=sampling.top_k, subtalker_top_p=sampling.top_p,
+                     subtalker_temperature=sampling.temperature)
     state: dict = {}
 
     def work(u: int, tmp: Path) -> dict:
@@ -205,7 +213,7 @@ def evaluate_cmd(
 @real_app.command("mini-datasets")
 def mini_datasets_cmd(
     corpus: Path = typer.Option(Path("runs/mini/corpus"), help="the mini corpus with audio"),
-    out: Path = typer.Option(Path("runs/real_mini"), help="output: voxpopuli/, librispeech/, fleurs/"),
+    out: Path = opt.out_dir(Path("runs/real_mini"), "Output folder: voxpopuli/, librispeech/, fleurs/."),
     train: Optional[int] = typer.Option(None, help="VoxPopuli-like items (default: the whole train split)"),
     calibration: Optional[int] = typer.Option(None, help="LibriSpeech-like items"),
     eval_per_language: Optional[int] = typer.Option(None, help="Fleurs-like items per language"),

@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 
+from rvqspec.commands import options as opt
+
 spade_app = typer.Typer(help="SPADE (seed 001): layer importance, pruning and distillation of the talker.",
                         no_args_is_help=True)
 
@@ -62,16 +64,16 @@ def _echo(obj: dict, as_json: bool, text: str) -> None:
 @spade_app.command("importance")
 def importance_cmd(
     data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini)"),
-    model_dir: Optional[Path] = typer.Option(None, help="model dir (default DATA/model)"),
+    model_dir: Optional[Path] = opt.model(None, "Model folder (default DATA/model)."),
     corpus: Optional[Path] = typer.Option(None, help="corpus (default DATA/corpus)"),
     recognizer: Optional[Path] = typer.Option(None, help="recognizer (default DATA/recognizer)"),
     texts: Optional[int] = typer.Option(None, help="held-out texts for WLI (ImportanceConfig.wli_texts)"),
     seeds: Optional[int] = typer.Option(None, help="seeds per text (0..N-1)"),
     depth: Optional[int] = typer.Option(None, help="target depth for the selections (default half)"),
-    out: Path = typer.Option(RUNS / "importance.json", help="JSON output"),
+    out: Path = opt.out(RUNS / "importance.json", "JSON output."),
     html: Optional[Path] = typer.Option(RUNS / "importance.html", help="plotly HTML of both criteria"),
-    threads: int = typer.Option(1),
-    as_json: bool = typer.Option(False, "--json"),
+    threads: int = opt.threads(),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """WLI (skip each layer, WER/CER increase) and cosine importance per talker layer."""
     import dataclasses
@@ -106,13 +108,13 @@ def importance_cmd(
 @spade_app.command("prune")
 def prune_cmd(
     data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini)"),
-    model_dir: Optional[Path] = typer.Option(None, help="teacher model dir (default DATA/model)"),
+    model_dir: Optional[Path] = opt.model(None, "Teacher model folder (default DATA/model)."),
     keep: Optional[str] = typer.Option(None, help="layers to keep, e.g. 0,3"),
     criterion: Optional[str] = typer.Option(None, help="wli | cosine (with --importance)"),
     importance: Optional[Path] = typer.Option(RUNS / "importance.json", help="importance JSON"),
     depth: Optional[int] = typer.Option(None, help="target depth (default half)"),
-    out: Path = typer.Option(RUNS / "pruned", help="checkpoint dir for the pruned (undistilled) model"),
-    as_json: bool = typer.Option(False, "--json"),
+    out: Path = opt.out_dir(RUNS / "pruned", "Checkpoint folder for the pruned (undistilled) model."),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """Prune the talker to the kept layers (no distillation) and save it in the official layout."""
     from rvqspec.core.checkpoint import load_qwen3_tts
@@ -132,7 +134,7 @@ def prune_cmd(
 @spade_app.command("distill")
 def distill_cmd(
     data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini)"),
-    model_dir: Optional[Path] = typer.Option(None, help="teacher model dir (default DATA/model)"),
+    model_dir: Optional[Path] = opt.model(None, "Teacher model folder (default DATA/model)."),
     corpus: Optional[Path] = typer.Option(None, help="corpus (default DATA/corpus)"),
     keep: Optional[str] = typer.Option(None, help="layers to keep, e.g. 0,3"),
     criterion: Optional[str] = typer.Option(None, help="wli | cosine (with --importance)"),
@@ -142,9 +144,9 @@ def distill_cmd(
     steps: Optional[int] = typer.Option(None, help="DistillConfig.steps"),
     lr: Optional[float] = typer.Option(None, help="DistillConfig.lr"),
     kd_weight: Optional[float] = typer.Option(None, help="DistillConfig.kd_weight (w in (1-w) sup + w kd)"),
-    threads: Optional[int] = typer.Option(None, help="DistillConfig.threads"),
-    out: Path = typer.Option(RUNS / "student", help="student checkpoint dir"),
-    as_json: bool = typer.Option(False, "--json"),
+    threads: Optional[int] = opt.threads(None, "torch CPU threads (default DistillConfig.threads)."),
+    out: Path = opt.out_dir(RUNS / "student", "Student checkpoint folder."),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """Prune and heal the talker by multi-level distillation from the unpruned teacher."""
     import dataclasses
@@ -175,8 +177,8 @@ def evaluate_cmd(
     model: list[str] = typer.Option(..., help="NAME=MODEL_DIR (repeatable), e.g. teacher=data/mini/model"),
     spec: Optional[list[str]] = typer.Option(None, help="NAME of a --model to also run with the speculative "
                                                          "code predictor (repeatable)"),
-    drafter: Optional[Path] = typer.Option(None, help="drafter .safetensors (default: zero offsets)"),
-    tree: Optional[Path] = typer.Option(None, help="tree JSON (default: a depth-3 chain)"),
+    drafter: Optional[Path] = opt.drafter(None, "Drafter .safetensors (default: zero offsets)."),
+    tree: Optional[Path] = opt.tree(None, "Tree JSON (default: a depth-3 chain)."),
     data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini; codec)"),
     corpus: Optional[Path] = typer.Option(None, help="corpus (default DATA/corpus)"),
     recognizer: Optional[Path] = typer.Option(None, help="recognizer (default DATA/recognizer)"),
@@ -186,11 +188,11 @@ def evaluate_cmd(
     timing_texts: Optional[int] = typer.Option(None, help="EvalConfig.timing_texts (0: no latency benchmark)"),
     cache: Optional[Path] = typer.Option(RUNS / "eval_cache", help="reuse WER passes cached here (same weights, "
                                                                     "inner loop, texts and config)"),
-    threads: int = typer.Option(1),
-    out: Path = typer.Option(RUNS / "results.json", help="results JSON"),
+    threads: int = opt.threads(),
+    out: Path = opt.out(RUNS / "results.json", "Results JSON."),
     md: Optional[Path] = typer.Option(None, help="markdown table (default OUT with .md)"),
     html: Optional[Path] = typer.Option(None, help="plotly HTML (default OUT with .html)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """WER/CER, parameters, RTF, per-frame latency and memory of each model (AR and speculative)."""
     import dataclasses
@@ -220,7 +222,7 @@ def evaluate_cmd(
 
 @spade_app.command("project")
 def project_cmd(
-    preset: str = typer.Option("0.6b", help="TalkerConfig preset"),
+    preset: str = opt.model("0.6b", "TalkerConfig preset name (random full-size weights)."),
     keep_layers: Optional[int] = typer.Option(None, help="pruned depth (default half)"),
     context: int = typer.Option(300, help="KV cache positions before the timed talker step"),
     tokens_per_call: Optional[list[str]] = typer.Option(None, help="LABEL=TOKENS_PER_CALL of the speculative "
@@ -229,10 +231,10 @@ def project_cmd(
                                                       "`spade evaluate` JSON"),
     tree_nodes: int = typer.Option(8, help="tree nodes per speculative call (q = nodes + 1)"),
     timings: Optional[Path] = typer.Option(None, help="reuse the timings of an earlier projection JSON"),
-    reps: int = typer.Option(10),
-    threads: int = typer.Option(1),
-    out: Path = typer.Option(RUNS / "projection.json"),
-    as_json: bool = typer.Option(False, "--json"),
+    reps: int = typer.Option(10, help="Timed repetitions per step."),
+    threads: int = opt.threads(),
+    out: Path = opt.out(RUNS / "projection.json", "Projection JSON."),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """Full-size projection: talker step (28 vs 14 layers) and code-predictor frame (AR vs speculative)."""
     from rvqspec.core.config import TalkerConfig
@@ -264,17 +266,17 @@ def project_cmd(
 def all_cmd(
     data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini)"),
     runs: Path = typer.Option(RUNS, help="intermediate artifacts (students, full results)"),
-    results: Path = typer.Option(Path("data/spade"), help="small final results (JSON, markdown, HTML)"),
+    results: Path = opt.out_dir(Path("data/spade"), "Folder of the small final results (JSON, markdown, HTML)."),
     wli_texts: Optional[int] = typer.Option(None, help="ImportanceConfig.wli_texts"),
     wli_seeds: Optional[int] = typer.Option(None, help="seeds for WLI (0..N-1)"),
     texts: Optional[int] = typer.Option(None, help="EvalConfig.texts"),
     seeds: Optional[int] = typer.Option(None, help="evaluation seeds (0..N-1)"),
     steps: Optional[int] = typer.Option(None, help="DistillConfig.steps"),
-    drafter: Optional[Path] = typer.Option(None, help="drafter (default: found under DATA/drafters)"),
-    tree: Optional[Path] = typer.Option(None, help="tree (default: found under DATA/trees)"),
+    drafter: Optional[Path] = opt.drafter(None, "Drafter (default: found under DATA/drafters)."),
+    tree: Optional[Path] = opt.tree(None, "Tree (default: found under DATA/trees)."),
     project: bool = typer.Option(True, help="run the full-size projection"),
     fresh: bool = typer.Option(False, help="recompute everything (default: reuse runs/spade)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """The whole study: importance, students (SPADE + ablations), evaluation, projection."""
     import dataclasses

@@ -14,6 +14,8 @@ from typing import List, Optional
 
 import typer
 
+from rvqspec.commands import options as opt
+from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.commands.bench import bench_app
 
 
@@ -69,12 +71,7 @@ def _tree_from_acceptance(acc: dict, source: Path, drafter_name: str, budget: in
 
 
 def _emit(result: dict, as_json: bool, out: Optional[Path]) -> None:
-    from rvqspec.core.jsonfile import write_json_atomic
-
-    text = json.dumps(result, indent=1, default=str)
-    if out:
-        write_json_atomic(out, result, indent=1, default=str)
-    typer.echo(text if as_json else json.dumps(result, indent=1, default=str)[:4000])
+    opt.emit(result, as_json, out, opt.summary(result, out))
 
 
 def register(app: typer.Typer) -> None:
@@ -82,59 +79,67 @@ def register(app: typer.Typer) -> None:
 
     @spec_app.command("extract")
     def extract_cmd(
-        model_dir: Path = typer.Option(..., help="Checkpoint directory (official layout)."),
-        out: Path = typer.Option(..., help="Output shard directory (manifest.json + shard_*.safetensors)."),
+        model_dir: Path = typer.Option(..., "--model", help="Checkpoint folder (official layout)."),
+        out: Path = opt.out_dir(..., "Output shard folder (manifest.json + shard_*.safetensors)."),
         frames_fn: str = typer.Option(_D.frames_fn, help="module:function yielding (talker_hidden, codes) per utterance."),
         split: str = typer.Option("train", help="Corpus split passed to the frames function."),
-        language: Optional[str] = typer.Option(None, help="Language passed to the frames function."),
+        language: Optional[str] = opt.lang(None, "Language passed to the frames function (default: all)."),
         source: str = typer.Option(_D.source, help="teacher_forced | free_running."),
         max_utterances: Optional[int] = typer.Option(None, help="Cap on utterances."),
         seed: int = typer.Option(_D.seed, help="Generator seed (free-running sampling)."),
+        temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+        greedy: bool = opt.greedy(),
     ) -> None:
-        """Extract hidden states h_1..h_15 + codes into shards (seed 000 §2.2)."""
+        """Extract hidden states h_1..h_15 + codes into shards (seed 000 §2.2); free-running sources
+        sample c1..c15 with the sampling options."""
         import torch
 
         from rvqspec.measure.extract import extract
 
+        sampling = opt.sampling(temperature, top_k, top_p, greedy)
         cp = _load_cp(model_dir)
         utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=max_utterances)
-        path = extract(cp, utts, out, source=source, generator=torch.Generator().manual_seed(seed),
+        path = extract(cp, utts, out, source=source, sampling=sampling, generator=torch.Generator().manual_seed(seed),
                        extra={"split": split, "language": language})
         typer.echo(str(path))
 
     @spec_app.command("train")
     def train_cmd(
-        model_dir: Path = typer.Option(..., help="Checkpoint directory."),
+        model_dir: Path = typer.Option(..., "--model", help="Checkpoint folder (official layout)."),
         shards: Path = typer.Option(..., help="Teacher-forced shard directory."),
-        out: Path = typer.Option(..., help="Output drafter .safetensors."),
+        out: Path = opt.out(..., "Output drafter file (.safetensors)."),
         kind: str = typer.Option(_D.kind, help="offsets | per_position | low_rank | shared_low_rank | medusa."),
         epochs: Optional[int] = typer.Option(None, help="Epochs (default: DrafterTrainConfig)."),
         max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
         loss_out: Optional[Path] = typer.Option(None, help="Write the loss curve JSON here."),
+        threads: int = opt.threads(),
     ) -> None:
         """Train a drafter over the frozen code predictor (Adam 1e-3, batch 32)."""
         from dataclasses import replace
 
+        import torch
+
         from rvqspec.core.drafters import make_drafter
         from rvqspec.measure.train_drafter import DrafterTrainConfig, train_drafter
 
+        torch.set_num_threads(threads)
         cp = _load_cp(model_dir)
         cfg = DrafterTrainConfig()
         cfg = replace(cfg, epochs=epochs or cfg.epochs, max_steps=max_steps)
         d, losses = train_drafter(make_drafter(kind, cp), cp, shards, cfg)
-        out.parent.mkdir(parents=True, exist_ok=True)
         d.save(out, cp)
         if loss_out:
-            loss_out.write_text(json.dumps({"kind": kind, "losses": losses}))
+            write_json_atomic(loss_out, {"kind": kind, "losses": losses})
         typer.echo(json.dumps({"out": str(out), "kind": kind, "steps": len(losses),
                                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}))
 
     @spec_app.command("calibrate")
     def calibrate_cmd(
-        model_dir: Path = typer.Option(..., help="Checkpoint directory."),
+        model_dir: Path = typer.Option(..., "--model", help="Checkpoint folder (official layout)."),
         shards: Path = typer.Option(..., help="Free-running calibration shard directory."),
-        out: Path = typer.Option(..., help="Acceptance table JSON."),
-        drafter: Optional[Path] = typer.Option(None, help="Drafter .safetensors (omit: reused heads)."),
+        out: Path = opt.out(..., "Acceptance table JSON."),
+        drafter: Optional[Path] = opt.drafter(None, "Drafter .safetensors (omit: reused heads)."),
+        skip_hash_check: bool = opt.skip_hash_check(),
         max_rank: int = typer.Option(_D.max_rank, help="Ranks per depth in the table."),
     ) -> None:
         """Acceptance statistics acc(depth, rank) on a calibration set."""
@@ -143,18 +148,17 @@ def register(app: typer.Typer) -> None:
         from rvqspec.measure.extract import ShardDataset
 
         cp = _load_cp(model_dir)
-        d = load_drafter(drafter, cp) if drafter else make_drafter("reused", cp)
+        d = load_drafter(drafter, cp, check_hash=not skip_hash_check) if drafter else make_drafter("reused", cp)
         ds = ShardDataset(shards, batch_size=256, shuffle=False, code_predictor=cp)
         table = acceptance_table(d, cp, ds, max_rank=max_rank, source=ds.manifest["source"])
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(table.to_json()))
+        write_json_atomic(out, table.to_json())
         typer.echo(json.dumps({"out": str(out), "acc_top1": table.acc[:, 0].round(4).tolist()}))
 
     @spec_app.command("grow-tree")
     def grow_tree_cmd(
         acceptance: Path = typer.Option(..., help="Acceptance table JSON (spec calibrate)."),
-        out: Path = typer.Option(..., help="Tree JSON (list of rank paths)."),
-        budget: int = typer.Option(_D.budget, help="Node budget N."),
+        out: Path = opt.out(..., "Tree JSON (list of rank paths)."),
+        budget: int = opt.budget(),
         max_depth: int = typer.Option(_D.max_depth, help="Depth cap K."),
     ) -> None:
         """Greedy Medusa tree growth from an acceptance table."""
@@ -168,57 +172,64 @@ def register(app: typer.Typer) -> None:
 
     @bench_app.command("acceptance")
     def bench_acceptance_cmd(
-        model_dir: Path = typer.Option(..., help="Checkpoint directory."),
+        model_dir: Path = typer.Option(..., "--model", help="Checkpoint folder (official layout)."),
         calibration: Path = typer.Option(..., help="Free-running calibration shard directory."),
         frames_fn: str = typer.Option(_D.frames_fn, help="module:function yielding (talker_hidden, codes) per utterance."),
-        drafter: List[str] = typer.Option([], help="NAME=PATH of a trained drafter (repeatable); 'reused' is always added."),
+        drafter: List[str] = opt.drafter([], "NAME=PATH of a trained drafter (repeatable); 'reused' is always added."),
+        skip_hash_check: bool = opt.skip_hash_check(),
         split: str = typer.Option("eval", help="Evaluation split."),
-        languages: List[str] = typer.Option(["en"], help="Evaluation languages (repeatable)."),
-        budgets: List[int] = typer.Option(list(_D.budgets), help="Tree budgets N (repeatable)."),
+        languages: List[str] = opt.langs(["en"], "Evaluation languages (repeatable)."),
+        budgets: List[int] = opt.budgets(list(_D.budgets)),
         max_utterances: Optional[int] = typer.Option(None, help="Cap on utterances per language."),
         run_frames: int = typer.Option(_D.run_frames, help="Frames per (drafter, N, language) decoder run."),
-        seed: int = typer.Option(_D.seed),
-        as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
-        out: Optional[Path] = typer.Option(None, help="Also write the JSON here."),
+        seed: int = typer.Option(_D.seed, help="Generator seed."),
+        temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+        greedy: bool = opt.greedy(),
+        as_json: bool = opt.as_json(),
+        out: Optional[Path] = opt.out(),
     ) -> None:
         """Tokens per call per drafter x language x N, oracle ceiling, added parameters."""
         from rvqspec.measure.bench_spec import bench_acceptance
         from rvqspec.core.drafters import load_drafter, make_drafter
         from rvqspec.measure.extract import ShardDataset
 
+        sampling = opt.sampling(temperature, top_k, top_p, greedy)
         cp = _load_cp(model_dir)
         drafters = {"reused": make_drafter("reused", cp)}
         for item in drafter:
             if "=" not in item:
                 raise typer.BadParameter(f"--drafter expects NAME=PATH, got {item!r}")
             name, path = item.split("=", 1)
-            drafters[name] = load_drafter(path, cp)
+            drafters[name] = load_drafter(path, cp, check_hash=not skip_hash_check)
         fn = _frames_fn(frames_fn)
         evaluation = {lang: list(fn(model_dir=model_dir, split=split, language=lang, max_utterances=max_utterances))
                       for lang in languages}
         calib = ShardDataset(calibration, batch_size=256, shuffle=False, code_predictor=cp)
-        result = bench_acceptance(cp, drafters, calib, evaluation, budgets=tuple(budgets), seed=seed,
+        result = bench_acceptance(cp, drafters, calib, evaluation, budgets=tuple(budgets), sampling=sampling, seed=seed,
                                   run_frames=run_frames)
         _emit(result, as_json, out)
 
     @bench_app.command("spec")
     def bench_spec_cmd(
-        acceptance_json: Path = typer.Option(..., help="Output of `bench acceptance` (tokens per call per N)."),
-        drafter_name: str = typer.Option(_D.kind, help="Drafter entry of the acceptance JSON to project with."),
-        model_dir: Optional[Path] = typer.Option(None, help="Mini checkpoint for the wall-clock AR vs spec run."),
-        drafter: Optional[Path] = typer.Option(None, help="Drafter .safetensors for the wall-clock run."),
-        tree: Optional[Path] = typer.Option(None, help="Tree JSON for the wall-clock run (default: the N from the JSON)."),
-        budget: int = typer.Option(_D.budget, help="N of the wall-clock run when no --tree is given."),
+        acceptance_json: Path = typer.Option(..., "--acceptance", help="Output of `bench acceptance` (tokens per call per N)."),
+        drafter_name: str = typer.Option(_D.kind, "--acceptance-drafter", help="Drafter entry of the acceptance JSON to project with."),
+        model_dir: Optional[Path] = typer.Option(None, "--model", help="Mini checkpoint for the wall-clock AR vs spec run."),
+        drafter: Optional[Path] = opt.drafter(None, "Drafter .safetensors for the wall-clock run."),
+        skip_hash_check: bool = opt.skip_hash_check(),
+        tree: Optional[Path] = opt.tree(None, "Tree JSON for the wall-clock run (default: the --budget tree of the JSON)."),
+        budget: int = opt.budget(_D.budget, "N of the wall-clock run when no --tree is given."),
         frames_fn: str = typer.Option(_D.frames_fn, help="module:function for the wall-clock frames."),
-        split: str = typer.Option("eval"),
-        language: str = typer.Option("en"),
+        split: str = typer.Option("eval", help="Corpus split of the wall-clock frames."),
+        language: str = opt.lang(),
         frames: int = typer.Option(_D.timing_frames, help="Timed frames (median)."),
         full_size: bool = typer.Option(True, help="Also time q=1 vs q=N+1 on a random full-size code predictor."),
-        threads: Optional[int] = typer.Option(None, help="torch threads for the full-size timing."),
+        threads: Optional[int] = opt.threads(None, "torch threads for the full-size timing."),
         compiled: bool = typer.Option(False, help="Full size: also time the q=1 step and the verify calls with "
                                       "the Inductor-compiled decoder stack (rvqspec.core.compiled; about a minute per N)."),
-        as_json: bool = typer.Option(False, "--json"),
-        out: Optional[Path] = typer.Option(None),
+        temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+        greedy: bool = opt.greedy(),
+        as_json: bool = opt.as_json(),
+        out: Optional[Path] = opt.out(),
     ) -> None:
         """Wall-clock inner loop AR vs speculative (mini) and the full-size verify overhead / projection."""
         from rvqspec.measure.bench_spec import (bench_full_size, bench_inner_loop, frames_for_timing,
@@ -227,42 +238,46 @@ def register(app: typer.Typer) -> None:
         from rvqspec.core.speculative import SpeculativeCodePredictor
         from rvqspec.core.tree import SparseTree
 
+        sampling = opt.sampling(temperature, top_k, top_p, greedy)
         acc = json.loads(acceptance_json.read_text())
         tpc = tokens_per_call_from_acceptance(acc, drafter_name)
         result: dict = {"acceptance_json": str(acceptance_json), "drafter": drafter_name}
         if model_dir is not None:
             if drafter is None:
-                raise typer.BadParameter("the wall-clock run needs --drafter with --model-dir")
+                raise typer.BadParameter("the wall-clock run needs --drafter with --model")
             cp = _load_cp(model_dir)
-            d = load_drafter(drafter, cp)
+            d = load_drafter(drafter, cp, check_hash=not skip_hash_check)
             t = SparseTree.load(tree) if tree is not None else _tree_from_acceptance(acc, acceptance_json,
                                                                                      drafter_name, budget)
             spec = SpeculativeCodePredictor(cp, d, t)
             utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=None)
-            result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames))
+            result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames), sampling=sampling)
         if full_size:
             result["full_size"] = bench_full_size(tpc, threads=threads, compiled=compiled)
         _emit(result, as_json, out)
 
     @bench_app.command("lossless")
     def bench_lossless_cmd(
-        model_dir: Path = typer.Option(..., help="Checkpoint directory."),
-        drafter: Path = typer.Option(..., help="Drafter .safetensors (its drafts are what gets verified)."),
-        tree: Optional[Path] = typer.Option(None, help="Tree JSON; default: the --budget tree of --acceptance-json."),
-        acceptance_json: Optional[Path] = typer.Option(None, help="`bench acceptance` output holding the tree."),
-        drafter_name: str = typer.Option(_D.kind, help="Drafter entry of the acceptance JSON."),
-        budget: int = typer.Option(_D.budget, help="N of the tree taken from --acceptance-json."),
+        model_dir: Path = typer.Option(..., "--model", help="Checkpoint folder (official layout)."),
+        drafter: Path = opt.drafter(..., "Drafter .safetensors (its drafts are what gets verified)."),
+        skip_hash_check: bool = opt.skip_hash_check(),
+        tree: Optional[Path] = opt.tree(None, "Tree JSON; default: the --budget tree of --acceptance."),
+        acceptance_json: Optional[Path] = typer.Option(None, "--acceptance", help="`bench acceptance` output holding the tree."),
+        drafter_name: str = typer.Option(_D.kind, "--acceptance-drafter", help="Drafter entry of the acceptance JSON."),
+        budget: int = opt.budget(_D.budget, "N of the tree taken from --acceptance."),
         contexts: int = typer.Option(2, help="Frame contexts (talker hidden, c0), evenly spaced over the split."),
         frames: Optional[int] = typer.Option(None, help="Speculative (and AR) frames per context "
                                              "(default: LosslessConfig.frames)."),
         control_frames: int = typer.Option(5000, help="Frames per negative control and context (0: no controls)."),
         frames_fn: str = typer.Option(_D.frames_fn, help="module:function for the contexts."),
-        split: str = typer.Option("eval"),
-        language: str = typer.Option("en"),
-        seed: int = typer.Option(_D.seed),
-        threads: Optional[int] = typer.Option(1, help="torch threads."),
-        as_json: bool = typer.Option(False, "--json"),
-        out: Optional[Path] = typer.Option(None),
+        split: str = typer.Option("eval", help="Corpus split of the contexts."),
+        language: str = opt.lang(),
+        seed: int = typer.Option(_D.seed, help="Generator seed."),
+        threads: Optional[int] = opt.threads(1),
+        temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+        greedy: bool = opt.greedy(),
+        as_json: bool = opt.as_json(),
+        out: Optional[Path] = opt.out(),
     ) -> None:
         """Lossless check on a trained model: exact AR law of (c1, c2) and c3, and every code's marginal
         against AR frames, for the deployed sampling; negative controls must fail (rvqspec.measure.lossless)."""
@@ -274,6 +289,7 @@ def register(app: typer.Typer) -> None:
         from rvqspec.core.speculative import SpeculativeCodePredictor
         from rvqspec.core.tree import SparseTree
 
+        sampling = opt.sampling(temperature, top_k, top_p, greedy)
         if threads:
             torch.set_num_threads(threads)
         config = LosslessConfig(seed=seed) if frames is None else LosslessConfig(frames=frames, seed=seed)
@@ -281,13 +297,13 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"need contexts >= 1, frames >= 1, control_frames >= 0; got {contexts}, "
                                      f"{config.frames}, {control_frames}")
         cp = _load_cp(model_dir)
-        d = load_drafter(drafter, cp)
+        d = load_drafter(drafter, cp, check_hash=not skip_hash_check)
         if tree is not None:
             t = SparseTree.load(tree)
         elif acceptance_json is not None:
             t = _tree_from_acceptance(json.loads(acceptance_json.read_text()), acceptance_json, drafter_name, budget)
         else:
-            raise typer.BadParameter("give --tree or --acceptance-json")
+            raise typer.BadParameter("give --tree or --acceptance")
         pool = frames_for_timing(_frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language,
                                                        max_utterances=None), 40 * contexts)
         if not pool:
@@ -296,7 +312,7 @@ def register(app: typer.Typer) -> None:
         spec = SpeculativeCodePredictor(cp, d, t)
         controls = {} if control_frames == 0 else {
             c: SpeculativeCodePredictor(cp, d, t, rule="walk", _control=c) for c in ("always_accept", "full_p")}
-        result = lossless_report(cp, spec, picks, config=config,
+        result = lossless_report(cp, spec, picks, sampling=sampling, config=config,
                                  controls=controls, control_frames=control_frames or None)
         result.update(model_dir=str(model_dir), drafter=str(drafter), tree=[list(p) for p in t.paths],
                       split=split, language=language)

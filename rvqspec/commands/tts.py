@@ -7,8 +7,10 @@ from typing import Optional
 
 import typer
 
+from rvqspec.commands import options as opt
 
-def _inner(tts, drafter: Optional[Path], tree: Optional[Path]):
+
+def _inner(tts, drafter: Optional[Path], tree: Optional[Path], skip_hash_check: bool = False):
     """The inner loop: AR (no drafter/tree) or speculative over the same weights."""
     if drafter is None and tree is None:
         return None
@@ -18,60 +20,76 @@ def _inner(tts, drafter: Optional[Path], tree: Optional[Path]):
     from rvqspec.core.speculative import SpeculativeCodePredictor
     from rvqspec.core.tree import SparseTree
 
-    return SpeculativeCodePredictor(tts.code_predictor, load_drafter(drafter), SparseTree.from_json(tree.read_text()))
+    cp = tts.code_predictor
+    return SpeculativeCodePredictor(cp, load_drafter(drafter, cp, check_hash=not skip_hash_check),
+                                    SparseTree.load(tree))
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def synthesize(text: str = typer.Argument(..., help="Text to speak."),
-                   lang: str = typer.Option("en", "--lang", help="en, de, es, ru, ja (kana), zh"),
-                   out: Path = typer.Option(Path("out.wav"), "--out", help="WAV file to write (16 kHz)."),
-                   seed: int = typer.Option(0, "--seed"),
+                   lang: str = opt.lang(),
+                   out: Path = opt.out(Path("out.wav"), "WAV file to write (16 kHz)."),
+                   seed: int = typer.Option(0, "--seed", help="Seed of the sampling generator."),
                    data: Optional[Path] = typer.Option(None, "--data", help="Mini-world dir (default data/mini)."),
-                   model: Optional[Path] = typer.Option(None, "--model", help="Model dir (default DATA/model)."),
-                   drafter: Optional[Path] = typer.Option(None, "--drafter", help="Drafter .safetensors: speculative mode."),
-                   tree: Optional[Path] = typer.Option(None, "--tree", help="Tree JSON: speculative mode."),
-                   greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of top-k sampling.")):
+                   model: Optional[Path] = opt.model(None, "Model folder (default DATA/model)."),
+                   drafter: Optional[Path] = opt.drafter(None, "Drafter .safetensors: speculative mode."),
+                   tree: Optional[Path] = opt.tree(None, "Tree JSON: speculative mode."),
+                   skip_hash_check: bool = opt.skip_hash_check(),
+                   threads: int = opt.threads(),
+                   temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+                   greedy: bool = opt.greedy()):
         """Synthesize TEXT with the mini model and write a WAV file."""
         import soundfile as sf
+        import torch
 
         from rvqspec.mini.pipeline import MiniTTS
-        from rvqspec.core.sampling import Sampling
 
+        sampling = opt.sampling(temperature, top_k, top_p, greedy)
+        torch.set_num_threads(threads)
         tts = MiniTTS.load(data, model_dir=model)
-        syn = tts.synthesize(text, lang, seed=seed, sampling=Sampling.greedy() if greedy else Sampling(),
-                             inner=_inner(tts, drafter, tree))
+        syn = tts.synthesize(text, lang, seed=seed, sampling=sampling,
+                             inner=_inner(tts, drafter, tree, skip_hash_check))
         out.parent.mkdir(parents=True, exist_ok=True)
-        sf.write(str(out), syn.audio, syn.sample_rate)
+        tmp = out.with_name(f".{out.name}.tmp")  # a crash leaves no half-written WAV under the real name
+        sf.write(str(tmp), syn.audio, syn.sample_rate, format="WAV")
+        tmp.replace(out)
         typer.echo(json.dumps(dict(out=str(out), seconds_audio=round(len(syn.audio) / syn.sample_rate, 3),
                                    frames=syn.stats.frames, tokens_per_call=round(syn.stats.tokens_per_call, 3),
                                    synthesis_seconds=round(syn.seconds, 3))))
 
     @app.command()
     def wer(texts: Path = typer.Option(..., "--texts", help="UTF-8 file, one sentence per line."),
-            lang: str = typer.Option("en", "--lang"),
+            lang: str = opt.lang(),
             seeds: int = typer.Option(1, "--seeds", help="Seeds per sentence (0..seeds-1)."),
-            data: Optional[Path] = typer.Option(None, "--data"),
-            model: Optional[Path] = typer.Option(None, "--model"),
+            data: Optional[Path] = typer.Option(None, "--data", help="Mini-world dir (default data/mini)."),
+            model: Optional[Path] = opt.model(None, "Model folder (default DATA/model)."),
             recognizer: Optional[Path] = typer.Option(None, "--recognizer",
                                                       help="Recognizer dir: ours, or a transformers ASR model path."),
-            drafter: Optional[Path] = typer.Option(None, "--drafter"),
-            tree: Optional[Path] = typer.Option(None, "--tree"),
-            as_json: bool = typer.Option(False, "--json")):
+            drafter: Optional[Path] = opt.drafter(None, "Drafter .safetensors: speculative mode."),
+            tree: Optional[Path] = opt.tree(None, "Tree JSON: speculative mode."),
+            skip_hash_check: bool = opt.skip_hash_check(),
+            threads: int = opt.threads(),
+            temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+            greedy: bool = opt.greedy(),
+            out: Optional[Path] = opt.out(),
+            as_json: bool = opt.as_json()):
         """Synthesize each line, transcribe it, report WER and CER (CER is the headline for ja/zh)."""
+        import torch
+
         from rvqspec.real.asr import load_recognizer
         from rvqspec.mini.pipeline import MiniTTS, default_data_dir, intelligibility
 
-        if not texts.exists():
+        sampling = opt.sampling(temperature, top_k, top_p, greedy)
+        if not texts.is_file():
             raise typer.BadParameter(f"{texts}: no such file")
         lines = [ln.strip() for ln in texts.read_text(encoding="utf-8").splitlines() if ln.strip()]
         if not lines:
             raise typer.BadParameter(f"{texts}: no non-empty lines")
+        torch.set_num_threads(threads)
         tts = MiniTTS.load(data, model_dir=model)
+        inner = _inner(tts, drafter, tree, skip_hash_check)
         rec = load_recognizer(recognizer or (Path(data) if data else default_data_dir()) / "recognizer")
-        res = intelligibility(tts, lines, lang, rec, seeds=range(seeds), inner=_inner(tts, drafter, tree))
-        if as_json:
-            typer.echo(json.dumps(res, indent=2, ensure_ascii=False))
-        else:
-            typer.echo(f"{lang}: n={res['n']} WER={100 * res['wer']:.2f}% CER={100 * res['cer']:.2f}% "
-                       f"tokens/call={res['tokens_per_call']:.2f}")
+        res = intelligibility(tts, lines, lang, rec, seeds=range(seeds), sampling=sampling, inner=inner)
+        opt.emit(res, as_json, out, f"{lang}: n={res['n']} WER={100 * res['wer']:.2f}% "
+                                    f"CER={100 * res['cer']:.2f}% tokens/call={res['tokens_per_call']:.2f}")

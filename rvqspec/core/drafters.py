@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rvqspec.core.jsonfile import atomic_path
+
 NUM_POSITIONS = 15  # hidden positions p = 1..15 carry a code-predictor LM head read
 
 
@@ -133,7 +135,8 @@ class Drafter(nn.Module):
                 "vocab_size": str(self.vocab_size), "model_hash": model_hash(code_predictor),
                 "config": json.dumps(self.config())}
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
-        save_file(tensors, str(path), metadata=meta)
+        with atomic_path(path) as tmp:  # a crash leaves the old drafter or the whole new one
+            save_file(tensors, str(tmp), metadata=meta)
 
 
 class PositionOffsets(Drafter):
@@ -289,8 +292,9 @@ def code_predictor_parameters(code_predictor) -> int:
     return sum(t.numel() for t in code_predictor.parameters())
 
 
-def load_drafter(path: str | Path, code_predictor=None, kind: str | None = None) -> Drafter:
-    """Load a drafter saved by `Drafter.save`; checks kind, hidden size and model hash when given."""
+def load_drafter(path: str | Path, code_predictor=None, kind: str | None = None, check_hash: bool = True) -> Drafter:
+    """Load a drafter saved by `Drafter.save`; checks kind, hidden size and, given the code predictor,
+    its model hash (`check_hash=False` skips only the hash: a drafter reused on fine-tuned weights)."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -319,10 +323,10 @@ def load_drafter(path: str | Path, code_predictor=None, kind: str | None = None)
             raise DrafterError(f"{path}: drafter hidden_size={H} but the code predictor has hidden_size={c.hidden_size}")
         if c.vocab_size != V:
             raise DrafterError(f"{path}: drafter vocab_size={V} but the code predictor has vocab_size={c.vocab_size}")
-        want = model_hash(code_predictor)
+        want = model_hash(code_predictor) if check_hash else meta["model_hash"]
         if meta["model_hash"] != want:
             raise DrafterError(f"{path}: drafter was trained for model hash {meta['model_hash']} but this code "
-                               f"predictor has hash {want}")
+                               f"predictor has hash {want} (--skip-hash-check uses it anyway)")
     cfg = json.loads(meta.get("config", "{}") or "{}")
     d = KINDS[k](K, H, V, **cfg)
     state = load_file(str(path))

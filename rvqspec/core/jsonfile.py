@@ -3,11 +3,12 @@ profiles, benchmark results): reading one so that a failure names the file, and 
 that a crash never leaves half a file behind."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, **dumps: Any) -> Path:
@@ -38,3 +39,20 @@ def read_json(path: str | os.PathLike, error: type[Exception], missing: str) -> 
         return json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise error(f"{p}: not valid JSON ({e})") from None
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path next to `path` for a writer that takes a file name (safetensors, soundfile,
+    write_text); on a clean exit it replaces `path` in one `os.replace`, on an error it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -21,6 +21,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from rvqspec.core.jsonfile import atomic_path
+
 Path_ = tuple[int, ...]
 
 
@@ -241,7 +243,8 @@ class SparseTree:
         return cls(_canonical(obj, source=source))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+        with atomic_path(path) as tmp:  # a crash leaves the old tree or the whole new one
+            tmp.write_text(self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "SparseTree":

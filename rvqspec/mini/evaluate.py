@@ -70,8 +70,9 @@ def entropy_figure(ent: dict):
 
 
 def evaluate_mini(tts, recognizer, corpus_dir: str | Path, config: MiniEvalConfig = MiniEvalConfig(),
-                  inner=None, progress: bool = True) -> dict:
-    """CER/WER of free-running AR synthesis per language (held-out eval texts) + depth entropy."""
+                  inner=None, progress: bool = True, sampling: Sampling = Sampling()) -> dict:
+    """CER/WER of free-running synthesis per language (held-out eval texts, drawn with `sampling`)
+    + depth entropy."""
     from rvqspec.mini.corpus import load_corpus
     from rvqspec.mini.pipeline import intelligibility
 
@@ -83,9 +84,10 @@ def evaluate_mini(tts, recognizer, corpus_dir: str | Path, config: MiniEvalConfi
         texts = list(rows["text"][: config.sentences_per_language])
         if not texts:
             continue
-        res = intelligibility(tts, texts, lang, recognizer, seeds=config.seeds, inner=inner, progress=progress)
+        res = intelligibility(tts, texts, lang, recognizer, seeds=config.seeds, sampling=sampling,
+                               inner=inner, progress=progress)
         table[lang] = {k: res[k] for k in ("n", "wer", "cer", "tokens_per_call")}
     en = ds.filter(lambda l: l == "en", input_columns="language", keep_in_memory=True).select_columns(["phoneme_frames", "codes"])
     en = en.select(range(min(config.entropy_utterances, len(en))))
-    ent = depth_entropy(tts, en["phoneme_frames"], en["codes"])
-    return dict(config=asdict(config), intelligibility=table, depth_entropy=ent)
+    ent = depth_entropy(tts, en["phoneme_frames"], en["codes"], sampling=sampling)
+    return dict(config=asdict(config), sampling=asdict(sampling), intelligibility=table, depth_entropy=ent)

@@ -33,6 +33,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from rvqspec.core.jsonfile import atomic_path, write_json_atomic
+
 NOT_AVAILABLE = "not available"
 
 
@@ -320,17 +322,19 @@ def _unavailable(results: dict, step: str, what: str) -> str:
 
 
 def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | None = None,
-                  title: str = "rvqspec on the mini world") -> Path:
-    """Write `out_dir/index.html` (and `out_dir/results.json`) from a results dict; returns the HTML path.
+                  title: str = "rvqspec on the mini world", write_results: bool = True) -> Path:
+    """Write `out_dir/index.html` (and, with `write_results`, `out_dir/results.json`) from a results
+    dict; returns the HTML path.
 
-    WAV paths in results['ab'] are relative to `audio_root` (default `out_dir`)."""
+    WAV paths in results['ab'] are relative to `audio_root` (default `out_dir`) and must stay inside it."""
     from rvqspec.workbench.notebook_results import to_jsonable
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     audio_root = Path(audio_root) if audio_root else out_dir
     clean = to_jsonable(results)
-    (out_dir / "results.json").write_text(json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+    if write_results:
+        write_json_atomic(out_dir / "results.json", clean, indent=2, ensure_ascii=False)
     parts: list[str] = []
     meta = results.get("meta", {})
     stamp = meta.get("finished") or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -482,7 +486,8 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
             f"<style>{CSS}</style></head><body>{body}{page_scripts()}</body></html>")
     path = out_dir / "index.html"
-    path.write_text(page, encoding="utf-8")
+    with atomic_path(path) as tmp:  # a crash leaves the old page or the whole new one
+        tmp.write_text(page, encoding="utf-8")
     return path
 
 
@@ -497,7 +502,11 @@ def _ab_section(items: Iterable[dict], audio_root: Path) -> str:
         row = []
         for side in ("ar", "spec"):
             c = item[side]
-            wav_path = audio_root / c["wav"]
+            wav_path = (audio_root / c["wav"]).resolve()
+            if not wav_path.is_relative_to(audio_root.resolve()):  # results.json must not pull in other files
+                row.append(note_html(f"audio path {c['wav']} is outside {audio_root}; not embedded"))
+                clips.append(None)
+                continue
             if not wav_path.is_file():
                 row.append(note_html(f"missing audio file {c['wav']}"))
                 clips.append(None)
