@@ -6,6 +6,9 @@ grown to a node budget N (§2.3), BUDGET by default and BUDGETS when a sweep is 
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
+
 NUM_CODE_GROUPS = 16   # RVQ levels per 80 ms frame kept by the 12 Hz tokenizer (c0..c15)
 NUM_CODES = NUM_CODE_GROUPS - 1  # codes the code predictor emits per frame (c1..c15)
 K = 3                  # draft lookahead = trained offsets = maximum tree depth (seed 000 §2.2)
@@ -24,3 +27,20 @@ DRAFTER_PREFERENCE = ("offsets", "shared_low_rank", "low_rank", "per_position", 
 TEMPERATURE = 0.9
 TOP_K = 50
 TOP_P = 1.0
+
+
+def choose_n_star(speedup: Mapping[int, float] | None, available: Iterable[int] | None = None,
+                  default: int = BUDGET) -> int:
+    """The operating tree budget N* (seed 000 §3.4: the device's fastest tree).
+
+    With measured (or projected) speed-ups per budget: the budget of the highest finite speed-up among
+    those `available` (ties go to the smaller N, the cheaper call). Without any: `default` when it is
+    available, else the available budget nearest to it (the smaller on a tie)."""
+    avail = None if available is None else {int(n) for n in available}
+    scored = {int(n): float(s) for n, s in (speedup or {}).items()
+              if s is not None and math.isfinite(s) and (avail is None or int(n) in avail)}
+    if scored:
+        return max(scored, key=lambda n: (scored[n], -n))
+    if not avail or default in avail:
+        return int(default)
+    return min(avail, key=lambda n: (abs(n - default), n))

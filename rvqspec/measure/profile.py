@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from rvqspec.core.defaults import DRAFTER_PREFERENCE, choose_n_star
 from rvqspec.core.jsonfile import read_json
 
 if TYPE_CHECKING:
@@ -167,7 +168,6 @@ class Acceptance:
         return tokens_per_call_from_table(tree, self.table), "table"
 
 
-DRAFTER_PREFERENCE = ("offsets", "low_rank", "per_position", "medusa", "reused")
 
 
 def _from_bench(d: dict, p: Path, drafter: str | None) -> dict:
@@ -489,7 +489,7 @@ def _score(verify: dict, ar_p50: float, acceptance: Acceptance, trees: dict) -> 
     if not valid:
         raise ProfileError("no tree size has a tokens-per-call value: the acceptance curve covers "
                            f"{sorted(acceptance.curve)}, profiled sizes are {sorted(trees)}")
-    n_star = max(valid, key=lambda n: (valid[n], -n))
+    n_star = choose_n_star(valid)
     return {"overhead": {str(n): v for n, v in overhead.items()},
             "tokens_per_call": {str(n): v for n, v in tpc.items()},
             "tokens_per_call_kind": {str(n): v for n, v in kind.items()},

@@ -17,11 +17,11 @@ import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from rvqspec.core.defaults import DRAFTER_PREFERENCE
 from rvqspec.spade.distill import DistillConfig
 from rvqspec.spade.evaluate import EvalConfig
 from rvqspec.spade.importance import ImportanceConfig
 
-DRAFTER_PREFERENCE = ("offsets", "low_rank", "per_position", "medusa")  # seed 000 (iii) first: its trees
 STUDENT_MAX_BYTES = 3 * 2**20  # keep the SPADE student in data/spade only when this small
 
 

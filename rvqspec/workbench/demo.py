@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from rvqspec.core.defaults import DRAFTER_LABELS
+from rvqspec.core.defaults import DRAFTER_LABELS, choose_n_star
 
 NOT_AVAILABLE = "not available"
 
@@ -155,12 +155,11 @@ class Demo:
         return self.state["recognizer"]
 
     def main_n(self) -> int:
+        """N*: the profile's fastest budget among the main drafter's trees (the default N without a profile)."""
         prof = self.results.get("profile") or {}
-        n = prof.get("best_N")
         trees = self.state.get("trees", {}).get(self.config.main_drafter, {})
-        if n is not None and int(n) in trees:
-            return int(n)
-        return self.config.default_N if self.config.default_N in trees else max(trees, default=self.config.default_N)
+        speedup = dict(zip(prof.get("budgets", []), prof.get("speedup", [])))
+        return choose_n_star(speedup, trees or None, self.config.default_N)
 
     def spec(self, drafter: str | None = None, n: int | None = None):
         from rvqspec.core.speculative import SpeculativeCodePredictor
