@@ -15,8 +15,9 @@ from typing import List, Optional
 import typer
 
 from rvqspec.commands import options as opt
-from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.commands.bench import bench_app
+from rvqspec.core.defaults import K
+from rvqspec.core.jsonfile import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class SpecCLIDefaults:
     source: str = "teacher_forced"
     max_rank: int = 16
     budget: int = 16
-    max_depth: int = 3
+    max_depth: int = K
     budgets: tuple = (4, 8, 16, 32, 64)
     run_frames: int = 200
     timing_frames: int = 200
@@ -143,8 +144,8 @@ def register(app: typer.Typer) -> None:
         max_rank: int = typer.Option(_D.max_rank, help="Ranks per depth in the table."),
     ) -> None:
         """Acceptance statistics acc(depth, rank) on a calibration set."""
-        from rvqspec.measure.acceptance import acceptance_table
         from rvqspec.core.drafters import load_drafter, make_drafter
+        from rvqspec.measure.acceptance import acceptance_table
         from rvqspec.measure.extract import ShardDataset
 
         cp = _load_cp(model_dir)
@@ -162,8 +163,8 @@ def register(app: typer.Typer) -> None:
         max_depth: int = typer.Option(_D.max_depth, help="Depth cap K."),
     ) -> None:
         """Greedy Medusa tree growth from an acceptance table."""
-        from rvqspec.measure.acceptance import AcceptanceTable
         from rvqspec.core.tree import SparseTree
+        from rvqspec.measure.acceptance import AcceptanceTable
 
         table = AcceptanceTable.from_json(json.loads(acceptance.read_text()), where=str(acceptance))
         tree = SparseTree.grow(table.acc, budget, max_depth=max_depth)
@@ -189,8 +190,8 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = opt.out(),
     ) -> None:
         """Tokens per call per drafter x language x N, oracle ceiling, added parameters."""
-        from rvqspec.measure.bench_spec import bench_acceptance
         from rvqspec.core.drafters import load_drafter, make_drafter
+        from rvqspec.measure.bench_spec import bench_acceptance
         from rvqspec.measure.extract import ShardDataset
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
@@ -232,11 +233,15 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = opt.out(),
     ) -> None:
         """Wall-clock inner loop AR vs speculative (mini) and the full-size verify overhead / projection."""
-        from rvqspec.measure.bench_spec import (bench_full_size, bench_inner_loop, frames_for_timing,
-                                        tokens_per_call_from_acceptance)
         from rvqspec.core.drafters import load_drafter
         from rvqspec.core.speculative import SpeculativeCodePredictor
         from rvqspec.core.tree import SparseTree
+        from rvqspec.measure.bench_spec import (
+            bench_full_size,
+            bench_inner_loop,
+            frames_for_timing,
+            tokens_per_call_from_acceptance,
+        )
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
         acc = json.loads(acceptance_json.read_text())
@@ -283,11 +288,11 @@ def register(app: typer.Typer) -> None:
         against AR frames, for the deployed sampling; negative controls must fail (rvqspec.measure.lossless)."""
         import torch
 
-        from rvqspec.measure.bench_spec import frames_for_timing
         from rvqspec.core.drafters import load_drafter
-        from rvqspec.measure.lossless import LosslessConfig, lossless_report
         from rvqspec.core.speculative import SpeculativeCodePredictor
         from rvqspec.core.tree import SparseTree
+        from rvqspec.measure.bench_spec import frames_for_timing
+        from rvqspec.measure.lossless import LosslessConfig, lossless_report
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
         if threads:

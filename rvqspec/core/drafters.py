@@ -39,9 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rvqspec.core.defaults import DRAFTER_LABELS, NUM_CODES, K
 from rvqspec.core.jsonfile import atomic_path
 
-NUM_POSITIONS = 15  # hidden positions p = 1..15 carry a code-predictor LM head read
+NUM_POSITIONS = NUM_CODES  # hidden positions p = 1..15 carry a code-predictor LM head read
 
 
 class DrafterError(ValueError):
@@ -144,12 +145,12 @@ class PositionOffsets(Drafter):
 
     kind = "offsets"
 
-    def __init__(self, num_offsets: int = 3, hidden_size: int = 1024, vocab_size: int = 2048):
+    def __init__(self, num_offsets: int = K, hidden_size: int = 1024, vocab_size: int = 2048):
         super().__init__(num_offsets, hidden_size, vocab_size)
         self.offsets = nn.Parameter(torch.zeros(num_offsets, hidden_size))  # (K, H)
 
     @classmethod
-    def zeros(cls, num_offsets: int = 3, hidden_size: int = 1024, vocab_size: int = 2048) -> "PositionOffsets":
+    def zeros(cls, num_offsets: int = K, hidden_size: int = 1024, vocab_size: int = 2048) -> "PositionOffsets":
         return cls(num_offsets, hidden_size, vocab_size)
 
     def transform(self, hidden: torch.Tensor, p: int, j: int) -> torch.Tensor:
@@ -161,7 +162,7 @@ class PerPositionOffsets(Drafter):
 
     kind = "per_position"
 
-    def __init__(self, num_offsets: int = 3, hidden_size: int = 1024, vocab_size: int = 2048):
+    def __init__(self, num_offsets: int = K, hidden_size: int = 1024, vocab_size: int = 2048):
         super().__init__(num_offsets, hidden_size, vocab_size)
         self.offsets = nn.Parameter(torch.zeros(NUM_POSITIONS, num_offsets, hidden_size))  # (15, K, H)
 
@@ -174,7 +175,7 @@ class LowRankOffsets(Drafter):
 
     kind = "low_rank"
 
-    def __init__(self, num_offsets: int = 3, hidden_size: int = 1024, vocab_size: int = 2048, rank: int = 8,
+    def __init__(self, num_offsets: int = K, hidden_size: int = 1024, vocab_size: int = 2048, rank: int = 8,
                  seed: int = 0):
         super().__init__(num_offsets, hidden_size, vocab_size)
         if rank < 1:
@@ -203,7 +204,7 @@ class SharedLowRankOffsets(LowRankOffsets):
 
     kind = "shared_low_rank"
 
-    def __init__(self, num_offsets: int = 3, hidden_size: int = 1024, vocab_size: int = 2048, rank: int = 1,
+    def __init__(self, num_offsets: int = K, hidden_size: int = 1024, vocab_size: int = 2048, rank: int = 1,
                  seed: int = 0):
         super().__init__(num_offsets, hidden_size, vocab_size, rank=rank, seed=seed)
         self.offsets = nn.Parameter(torch.zeros(num_offsets, hidden_size))  # (K, H): shared over positions, as (iii)
@@ -230,7 +231,7 @@ class MedusaHeads(Drafter):
 
     kind = "medusa"
 
-    def __init__(self, num_offsets: int = 3, hidden_size: int = 1024, vocab_size: int = 2048):
+    def __init__(self, num_offsets: int = K, hidden_size: int = 1024, vocab_size: int = 2048):
         super().__init__(num_offsets, hidden_size, vocab_size)
         n = NUM_POSITIONS * num_offsets
         self.blocks = nn.ModuleList([_ResBlock(hidden_size) for _ in range(n)])
@@ -240,7 +241,7 @@ class MedusaHeads(Drafter):
         return (p - 1) * self.num_offsets + (j - 1)
 
     @classmethod
-    def from_code_predictor(cls, code_predictor, num_offsets: int = 3) -> "MedusaHeads":
+    def from_code_predictor(cls, code_predictor, num_offsets: int = K) -> "MedusaHeads":
         """Heads initialised from the reused LM heads (drafter (i)), ResBlocks at zero (Medusa init)."""
         c = code_predictor.config
         m = cls(num_offsets, c.hidden_size, c.vocab_size)
@@ -262,12 +263,10 @@ class MedusaHeads(Drafter):
 KINDS: dict[str, type[Drafter]] = {c.kind: c for c in (PositionOffsets, PerPositionOffsets, LowRankOffsets,
                                                        SharedLowRankOffsets, MedusaHeads)}
 # CLI / bench names -> (kind, seed 000 Table 2 label)
-LABELS = {"reused": "(i) reused LM heads", "medusa": "(ii) Medusa heads", "offsets": "(iii) position offsets",
-          "per_position": "(iv) per-position offsets", "low_rank": "(v) low-rank offsets (ours)",
-          "shared_low_rank": "(v') shared offsets + rank-1 map (ours)"}
+LABELS = DRAFTER_LABELS
 
 
-def make_drafter(name: str, code_predictor, num_offsets: int = 3, **kw) -> Drafter:
+def make_drafter(name: str, code_predictor, num_offsets: int = K, **kw) -> Drafter:
     """Fresh drafter by name: reused | offsets | per_position | low_rank | shared_low_rank | medusa (device
     and dtype of the model)."""
     c = code_predictor.config

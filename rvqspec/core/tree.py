@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from rvqspec.core.defaults import K
 from rvqspec.core.jsonfile import atomic_path
 
 Path_ = tuple[int, ...]
@@ -186,7 +187,7 @@ class SparseTree:
         return cls([(0,) * d for d in range(1, depth + 1)])
 
     @classmethod
-    def grow(cls, acceptance: np.ndarray | torch.Tensor, budget: int, max_depth: int = 3) -> "SparseTree":
+    def grow(cls, acceptance: np.ndarray | torch.Tensor, budget: int, max_depth: int = K) -> "SparseTree":
         """Greedy Medusa growth (seed 000 §2.2): add the best-scoring candidate until ``budget`` nodes.
 
         Candidates are each node's first child (rank 0 one level deeper, if depth < max_depth and the

@@ -23,15 +23,18 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from rvqspec.measure.acceptance import (acceptance_table, measure_tokens_per_call, oracle_tokens_per_call,
-                                replay_tokens_per_call)
+from rvqspec.core.defaults import BUDGETS, K
 from rvqspec.core.drafters import Drafter, code_predictor_parameters
-from rvqspec.measure.extract import ExtractConfig, frames_to_hidden
 from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
-
-BUDGETS = (4, 8, 16, 32, 64)
+from rvqspec.measure.acceptance import (
+    acceptance_table,
+    measure_tokens_per_call,
+    oracle_tokens_per_call,
+    replay_tokens_per_call,
+)
+from rvqspec.measure.extract import ExtractConfig, frames_to_hidden
 
 
 def _materialize_free_running(cp, utterances, sampling, generator, max_frames=None):
@@ -140,7 +143,7 @@ def _random_tree(n: int) -> SparseTree:
     import numpy as np
 
     acc = np.array([[0.6, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01, 0.01] + [0.005] * 24] * 3)
-    return SparseTree.grow(acc, n, max_depth=3)
+    return SparseTree.grow(acc, n, max_depth=K)
 
 
 @torch.no_grad()

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 
 import torch
 
+from rvqspec.core.defaults import K
 from rvqspec.core.jsonfile import read_json
 from rvqspec.core.sampling import Sampling
 
@@ -41,7 +42,7 @@ class ExtractConfig:
     shard_frames: int = 8192      # frames per shard file
     batch_frames: int = 256       # frames per model call
     dtype: str = "float16"        # storage dtype of hidden states (float16 halves disk; training upcasts)
-    num_offsets: int = 3          # K recorded in the manifest (drafts c_{p+1..p+K})
+    num_offsets: int = K          # K recorded in the manifest (drafts c_{p+1..p+K})
 
 
 @torch.no_grad()

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from scipy import stats
 
-from rvqspec.core.sampling import Sampling, probs
 from rvqspec.core.frame_loop import teacher_forced_inner
+from rvqspec.core.sampling import Sampling, probs
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from rvqspec.core.defaults import DRAFTER_PREFERENCE, choose_n_star
+from rvqspec.core.defaults import DRAFTER_PREFERENCE, NUM_CODES, K, choose_n_star
 from rvqspec.core.jsonfile import read_json
 
 if TYPE_CHECKING:
@@ -58,7 +58,6 @@ import numpy as np
 SCHEMA = "rvqspec.device_profile/1"
 BACKENDS = ("torch-cpu", "torch-cuda", "mps", "coreml", "onnx")
 DTYPES = ("fp32", "bf16", "fp16")
-NUM_CODES = 15
 # Fitted to seed 000 §3.4 (tokens/step 2.25 at N = 16, 2.60 at N = 64, offsets drafter), see
 # default_acceptance_table: acc[d, r] = ALPHA (1 - RHO) RHO**r at every depth. A grid fit (step 0.05)
 # gives 2.27 / 2.47 / 2.61 tokens per call at N = 16 / 32 / 64 (seed: 2.25, 2.47 in Table 2, 2.60).
@@ -89,7 +88,7 @@ class ProfileConfig:
     calls: int = 200                    # timed calls per graph (seed 000 §3.4)
     warmup: int = 20                    # excluded warm-up calls (seed 000 §3.4)
     sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    max_depth: int = 3                  # K (seed 000 §2.2)
+    max_depth: int = K                  # K (seed 000 §2.2)
     threads: int = 1                    # CPU threads (torch / onnxruntime)
     compile: bool = False               # torch.compile the torch-cpu graphs
     budget_s: float | None = None       # per-graph time cap: fewer timed calls (>= 20) if exceeded
@@ -118,7 +117,7 @@ class ProfileConfig:
 # acceptance
 # --------------------------------------------------------------------------------------------
 def default_acceptance_table(alpha: float = DEFAULT_ALPHA, rho: float = DEFAULT_RHO,
-                             ranks: int = DEFAULT_RANKS, depth: int = 3) -> np.ndarray:
+                             ranks: int = DEFAULT_RANKS, depth: int = K) -> np.ndarray:
     """(depth, ranks) table acc[d, r] = alpha (1 - rho) rho^r: geometric over ranks, the same at
     every depth (the path product makes deeper nodes rarer). Fitted to seed 000 §3.4's ceiling."""
     r = np.arange(ranks)
@@ -192,7 +191,7 @@ def _from_bench(d: dict, p: Path, drafter: str | None) -> dict:
     return out
 
 
-def load_acceptance(path: str | Path | None, max_depth: int = 3, drafter: str | None = None) -> Acceptance:
+def load_acceptance(path: str | Path | None, max_depth: int = K, drafter: str | None = None) -> Acceptance:
     """Read an acceptance file (formats in the module docstring; also the `rvqspec bench acceptance
     --json` output, whose `drafter` entry is used: default the first of DRAFTER_PREFERENCE present);
     None -> the seed-fitted default table."""
@@ -234,7 +233,7 @@ def load_acceptance(path: str | Path | None, max_depth: int = 3, drafter: str | 
     return Acceptance(table, curve, f"{what} from {p}" + (f" ({src})" if src and src != str(p) else ""))
 
 
-def trees_for_sizes(acceptance: Acceptance, sizes, max_depth: int = 3) -> dict[int, "SparseTree"]:
+def trees_for_sizes(acceptance: Acceptance, sizes, max_depth: int = K) -> dict[int, "SparseTree"]:
     """Greedy trees (seed 000 §2.2) of each size from the acceptance table."""
     from rvqspec.core.tree import SparseTree
 
@@ -346,9 +345,9 @@ class _Runners:
             export_graph(graph, path, name)
             sess = OnnxGraph(path, threads=cfg.threads)
             return lambda: sess(feeds)
-        from rvqspec.export.coreml import CoreMLGraph, convert_graph
-
         import coremltools as ct
+
+        from rvqspec.export.coreml import CoreMLGraph, convert_graph
 
         path = self.workdir / f"{name}.mlpackage"
         convert_graph(graph, name, ct.target.iOS17, "w8a16").save(str(path))

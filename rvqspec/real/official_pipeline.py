@@ -40,8 +40,10 @@ from typing import Any
 
 import torch
 
+from rvqspec.core.defaults import NUM_CODES
+
 MARK = "_rvqspec_accelerated"
-NUM_NEW = 15  # codes c1..c15 per frame
+NUM_NEW = NUM_CODES  # codes c1..c15 per frame
 
 # generation_config fields that add HF logits processors / stopping rules we do not reproduce, with
 # the value that means "off". If any differs, calls fall back to the original generate.

@@ -21,6 +21,8 @@ from typing import Sequence
 
 import torch
 
+from rvqspec.core.defaults import K
+
 FRAME_RATE = 12.5  # Hz: Qwen3-TTS-Tokenizer-12Hz (and the mini codec) emit 12.5 frames per second
 
 
@@ -137,7 +139,7 @@ def evaluate_variant(tts, texts: Sequence[str], recognizer, seeds: Sequence[int]
                 clips=r["clips"])
 
 
-def load_inner(code_predictor, drafter_path: str | Path | None, tree_path: str | Path | None, num_offsets: int = 3):
+def load_inner(code_predictor, drafter_path: str | Path | None, tree_path: str | Path | None, num_offsets: int = K):
     """A SpeculativeCodePredictor over `code_predictor` with the saved drafter and tree, or (when
     none are given) zero position offsets and a small chain tree. Returns (inner, description)."""
     from rvqspec.core.drafters import PositionOffsets, load_drafter
@@ -218,8 +220,8 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
     interleaved timing benchmark (`timing_benchmark`) on the first `config.timing_texts` texts.
     Returns dict(config, rows=[...]); a row's `rtf`/`ms_per_frame` come from the benchmark and
     the timings of the WER pass are kept as `*_wer_pass`."""
-    from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.pipeline import MiniTTS
+    from rvqspec.real.asr import load_recognizer
     from rvqspec.spade.importance import heldout_texts
 
     texts = heldout_texts(corpus_dir, config.split, config.language, config.texts)

@@ -25,13 +25,13 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from rvqspec.core.defaults import NUM_CODES, K
 from rvqspec.core.tree import SparseTree
 
 # mask_matrix cell codes and their colours (grey hidden, blue attends as in Figure 2, orange
 # highlighted ancestors, green accepted path)
 HIDDEN, ATTENDS, HIGHLIGHT, ACCEPTED = 0, 1, 2, 3
 MASK_COLORS = ["#f2f2f2", "#4c78a8", "#f58518", "#54a24b"]
-NUM_CODES = 15  # c1..c15 per frame
 
 
 def node_labels(tree: SparseTree) -> list[str]:
@@ -322,7 +322,7 @@ class TreeMaskExplorer:
     without a code predictor or frames the round stepper is hidden."""
 
     def __init__(self, drafters: Mapping[str, DrafterChoice], budgets: Sequence[int] = (4, 8, 16, 32),
-                 code_predictor=None, frames: Sequence[tuple] | None = None, max_depth: int = 3,
+                 code_predictor=None, frames: Sequence[tuple] | None = None, max_depth: int = K,
                  sampling=None, seed: int = 0):
         if not drafters:
             raise ValueError("TreeMaskExplorer needs at least one drafter")
