@@ -18,7 +18,7 @@ def _ok(d):
 
 
 def _missing(d):
-    import rvqspec._no_such_module  # noqa: F401  (a teammate's module that has not landed)
+    import rvqspec._no_such_module  # noqa: F401  (a module that is not installed)
 
 
 def _boom(d):

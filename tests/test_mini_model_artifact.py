@@ -1,5 +1,5 @@
 """The committed mini model: it loads through the real-checkpoint loader, matches its recorded
-config, and its code stream has RVQ depth structure (issue 3)."""
+config, and its code stream has RVQ depth structure."""
 from __future__ import annotations
 
 import json

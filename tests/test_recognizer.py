@@ -228,7 +228,7 @@ def test_missing_corpus_is_named(tmp_path):
 # The committed artifact, checked on English text that is not in its training data: sentences from
 # the corpus grammar drawn with a seed the corpus does not use (minus any that the committed corpus's
 # model_train split happens to contain), spoken afresh by espeak-ng.
-ARTIFACT_CER_MAX = 0.10  # issue 3's target for clean English
+ARTIFACT_CER_MAX = 0.10  # the committed recognizer's bound on clean English
 
 
 def _training_texts() -> set[str]:

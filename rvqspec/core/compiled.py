@@ -2,7 +2,7 @@
 TorchInductor into static-shape kernels whose weights are frozen and prepacked.
 
 Why: a q=1 code-predictor call is a chain of matrix-vector products that must stream every weight
-once (issue 2's bandwidth floor). On the 2-core CPU box, eager ATen GEMV reads weights at about
+once (the weights' bandwidth floor). On the 2-core CPU box, eager ATen GEMV reads weights at about
 20 GB/s (fp32) and 15 GB/s (bf16) against about 38 GB/s of single-thread read bandwidth; Inductor
 with `freezing` (weights become constants, so they can be prepacked) and `max_autotune` (its
 own CPU GEMM templates and oneDNN's bf16 kernels are benchmarked per shape) reaches 35-40 GB/s on

@@ -10,8 +10,7 @@ For every frame we keep the 15 hidden states h_1..h_15 (sequence positions 1..15
   hidden states are those of its own samples (computed by teacher forcing on the sampled codes,
   which is the same computation the AR loop does).
 
-Input: an iterable of utterances, each ``(talker_hidden (T, E), codes (T, 16))`` (the lead's
-`rvqspec.core.frame_loop.teacher_forced_frames` gives those for the mini world). Output: a directory of shards
+Input: an iterable of utterances, each ``(talker_hidden (T, E), codes (T, 16))`` (`rvqspec.core.frame_loop.teacher_forced_frames` gives those for the mini world). Output: a directory of shards
 ``shard_00000.safetensors`` (``hidden`` (n, 15, H) float16/32, ``codes`` (n, 16) int64) and
 ``manifest.json`` (model hash, code-predictor config, K, counts, source). `ShardDataset` streams
 shards one at a time (never all in memory) in a generator-driven order.

@@ -1,5 +1,5 @@
 """How good is the mini world? Intelligibility of free-running synthesis per language, and the RVQ
-depth structure of the code stream (issue 3 "Done means").
+depth structure of the code stream.
 
 Depth structure: residual codebooks carry less and less predictable detail, so the code
 predictor's per-position entropy should grow with codebook depth; we measure it teacher-forced on

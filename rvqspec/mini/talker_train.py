@@ -1,6 +1,6 @@
 """Train the mini Qwen3-TTS model (talker + code predictor) on the mini corpus's codes.
 
-The model is the exact Qwen3-TTS architecture at small size (issue 3): a 4-layer talker of width
+The model is the exact Qwen3-TTS architecture at small size: a 4-layer talker of width
 192 and a 3-layer code predictor of width 128, so `small_to_mtp_projection` is a real Linear as in
 the 1.7B release. Both are trained jointly with teacher forcing on the Qwen3-TTS input scheme
 (`rvqspec.core.frame_loop.talker_inputs`): cross-entropy on c0 from the talker's codec head plus cross-entropy

@@ -15,8 +15,9 @@ and collects their numbers):
 9. lossless   the main decoder against the exact AR law, with failing controls           rvqspec.measure.lossless
 10. report    rvqspec.workbench.report.render_report
 
-A step whose module has not landed is recorded as "not available" (visible in the report), a step
-that raises is recorded as "failed" with its message; later steps that need its output say so.
+A step that cannot run (a module it needs is missing, or an earlier step failed) is recorded as
+"not available" (visible in the report), a step that raises is recorded as "failed" with its
+message; later steps that need its output say so.
 """
 from __future__ import annotations
 
@@ -394,10 +395,8 @@ def step_acceptance(d: Demo) -> dict:
 
 
 def step_profile(d: Demo) -> dict:
-    try:
-        import rvqspec.measure.profile as profile  # the profiling area's module (latency per N, N*)
-    except ModuleNotFoundError as e:
-        raise StepUnavailable("rvqspec.measure.profile has not landed yet (device profile and N* per device)") from e
+    import rvqspec.measure.profile as profile  # latency per N and N* on this device
+
     prof = _run_profile(d, profile)
     k = prof["budgets"].index(prof["best_N"])
     note = (f"AR call {prof['ar_ms']:.2f} ms; N* = {prof['best_N']} (verify {prof['verify_ms'][k]:.2f} ms, "
