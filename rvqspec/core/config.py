@@ -91,11 +91,6 @@ class CodePredictorConfig:
             raise ConfigError(f"CodePredictorConfig.head_dim must be even for RoPE, got {self.head_dim}")
 
     @property
-    def num_heads_out(self) -> int:
-        """Number of codebooks the predictor emits (= LM heads = embedding tables) per frame."""
-        return self.num_code_groups - 1
-
-    @property
     def has_projection(self) -> bool:
         """`small_to_mtp_projection` is a Linear only when talker and predictor widths differ (1.7B)."""
         return self.hidden_size != self.talker_hidden_size

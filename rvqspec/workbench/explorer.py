@@ -19,7 +19,7 @@ call per round) and `TreeMaskExplorer` wires everything into ipywidgets + plotly
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -299,10 +299,6 @@ def rounds_figure(rounds: Sequence[Round], current: int | None = None, title: st
                                  tickfont=dict(size=8)),
                       height=min(120 + 16 * len(rounds), 600), margin=dict(l=80, r=20, t=50, b=30))
     return fig
-
-
-def rounds_to_json(rounds: Sequence[Round]) -> list[dict]:
-    return [asdict(r) for r in rounds]
 
 
 # ---- the widget --------------------------------------------------------------------------------
