@@ -191,8 +191,8 @@ def test_model_trains_on_the_configured_splits(toy, tmp_path, monkeypatch):
 
     paths, _ = toy
     read = []
-    real = tt._load_split
-    monkeypatch.setattr(tt, "_load_split", lambda d, s: (read.append(s), real(d, s))[1])
+    real = tt.load_split
+    monkeypatch.setattr(tt, "load_split", lambda d, s: (read.append(s), real(d, s))[1])
     cfg = replace(tt.MiniModelConfig.toy(), steps=2, train_splits=("model_train", "train"))
     tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "m", config=cfg, tokenizer_path=paths.tokenizer)
     assert read[:2] == ["model_train", "train"]

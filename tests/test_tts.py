@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rvqspec.mini.talker_train import MiniModelConfig, _batch, losses, model_config
+from rvqspec.mini.talker_train import MiniModelConfig, training_batch, losses, model_config
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 from rvqspec.core.sampling import Sampling
 from rvqspec.core.frame_loop import synthesize_codes, teacher_forced_frames, teacher_forced_talker
@@ -95,7 +95,7 @@ def test_training_step_lowers_loss_and_uses_inner_loop_layout():
     rng = np.random.default_rng(0)
     texts = [rng.integers(0, 20, size=n) for n in (7, 12, 9, 5)]
     codes = [rng.integers(0, CODEBOOK, size=(len(t), 16)) for t in texts]
-    text, code, valid = _batch(texts, codes, np.arange(4), 32, rng)
+    text, code, valid = training_batch(texts, codes, np.arange(4), 32, rng)
     assert text.shape == (4, 12) and code.shape == (4, 12, 16) and int(valid.sum()) == 33
     opt = torch.optim.Adam(list(talker.parameters()) + list(cp.parameters()), lr=1e-2)
     first = None

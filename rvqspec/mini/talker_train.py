@@ -104,7 +104,7 @@ def model_config(cfg: MiniModelConfig, text_vocab_size: int, codebook_size: int)
                           tokenizer_type="rvqspec_phoneme")
 
 
-def _load_split(corpus_dir: Path, split: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def load_split(corpus_dir: Path, split: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(text ids per utterance (T,), codes per utterance (T, 16)) of one corpus split."""
     import datasets
 
@@ -131,7 +131,7 @@ def _load_split(corpus_dir: Path, split: str) -> tuple[list[np.ndarray], list[np
     return texts, codes
 
 
-def _batch(texts, codes, idx, max_frames: int, rng: np.random.Generator, text_lead: int = 0):
+def training_batch(texts, codes, idx, max_frames: int, rng: np.random.Generator, text_lead: int = 0):
     """Right-padded batch: text (B, T + text_lead), codes (B, T, 16), valid (B, T) bool. A crop keeps
     the text_lead text tokens that follow it (the talker reads text text_lead frames ahead)."""
     crops = []
@@ -217,7 +217,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     qcfg = model_config(cfg, tokenizer.vocab_size, cb)
     texts, codes = [], []
     for split in cfg.train_splits:
-        t, c = _load_split(corpus_dir, split)
+        t, c = load_split(corpus_dir, split)
         texts += t
         codes += c
     if max(int(c.max()) for c in codes) >= cb:
@@ -243,7 +243,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     bar = tqdm(range(cfg.steps), desc="mini model", unit="step")
     for step in bar:
         idx = rng.choice(len(texts), size=min(cfg.batch_utterances, len(texts)), replace=False)
-        text, code, valid = _batch(texts, codes, idx, cfg.max_frames, rng, cfg.text_lead)
+        text, code, valid = training_batch(texts, codes, idx, cfg.max_frames, rng, cfg.text_lead)
         noisy = (corrupt_history(code, cb, cfg.history_noise, cfg.c0_history_noise, g)
                  if cfg.history_noise or cfg.c0_history_noise else None)
         l0, lc = losses(talker, cp, text, code, valid, cfg.cp_frames, g, input_codes=noisy)
@@ -257,7 +257,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
         if step % 20 == 0:
             bar.set_postfix(c0=f"{l0.item():.3f}", cp=f"{lc.item():.3f}")
     talker.eval(), cp.eval()
-    val = _validation_loss(talker, cp, corpus_dir)
+    val = validation_loss(talker, cp, corpus_dir)
     metrics = dict(train_seconds=round(time.time() - t0, 1), steps=cfg.steps,
                    final_train_loss_c0=float(np.mean([h[0] for h in history[-50:]])),
                    final_train_loss_cp=float(np.mean([h[1] for h in history[-50:]])), **val)
@@ -277,15 +277,15 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
 
 
 @torch.no_grad()
-def _validation_loss(talker, cp, corpus_dir: Path, split: str = "validation", limit: int = 64) -> dict:
+def validation_loss(talker, cp, corpus_dir: Path, split: str = "validation", limit: int = 64) -> dict:
     """Teacher-forced losses on held-out English text (nats per code)."""
     try:
-        texts, codes = _load_split(corpus_dir, split)
+        texts, codes = load_split(corpus_dir, split)
     except (KeyError, ValueError):
         return {}
     rng = np.random.default_rng(0)
     idx = np.arange(min(limit, len(texts)))
-    text, code, valid = _batch(texts, codes, idx, 10_000, rng, talker.config.text_lead)
+    text, code, valid = training_batch(texts, codes, idx, 10_000, rng, talker.config.text_lead)
     l0, lc = losses(talker, cp, text, code, valid)
     return dict(val_loss_c0=float(l0), val_loss_cp=float(lc))
 

@@ -213,7 +213,7 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
     for tests). The teacher and the code predictor are never modified."""
     from tqdm.auto import tqdm
 
-    from rvqspec.mini.talker_train import _batch, _load_split, _validation_loss
+    from rvqspec.mini.talker_train import training_batch, load_split, validation_loss
     from rvqspec.spade.prune import prune_talker
 
     c = config
@@ -227,14 +227,14 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
     t_cp = code_predictor
     texts = codes = None
     if batches is None:
-        texts, codes = _load_split(Path(corpus_dir), c.split)
+        texts, codes = load_split(Path(corpus_dir), c.split)
     g = torch.Generator().manual_seed(c.seed)
     rng = np.random.default_rng(c.seed)
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / c.warmup_steps) * 0.5 * (1 + math.cos(math.pi * min(s, c.steps) / c.steps)))
-    val_before = _validation_loss(student.eval(), s_cp, Path(corpus_dir)) if batches is None else {}
+    val_before = validation_loss(student.eval(), s_cp, Path(corpus_dir)) if batches is None else {}
     student.train()
     history: list[dict] = []
     t0 = time.time()
@@ -242,7 +242,7 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
     for step in bar:
         if batches is None:
             idx = rng.choice(len(texts), size=min(c.batch_utterances, len(texts)), replace=False)
-            text, code, valid = _batch(texts, codes, idx, c.max_frames, rng, teacher.config.text_lead)
+            text, code, valid = training_batch(texts, codes, idx, c.max_frames, rng, teacher.config.text_lead)
         else:
             text, code, valid = batches[step % len(batches)]
         terms = distill_losses(student, teacher, s_cp, t_cp, targets, text, code, valid, c, g)
@@ -257,7 +257,7 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
                             kd=f"{history[-1]['kd']:.3f}")
     student.eval()
     student.requires_grad_(False)
-    val_after = _validation_loss(student, s_cp, Path(corpus_dir)) if batches is None else {}
+    val_after = validation_loss(student, s_cp, Path(corpus_dir)) if batches is None else {}
     last = history[-min(20, len(history)):]
     metrics = dict(seconds=round(time.time() - t0, 1), steps=c.steps, config=asdict(c),
                    first_mean={k: float(np.mean([h[k] for h in history[:len(last)]])) for k in history[0]},

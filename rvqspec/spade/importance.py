@@ -54,11 +54,11 @@ def cosine_importance_corpus(talker: CodeDecoder, code_predictor: MultiCodeDecod
     """Cosine importance over the first `cosine_utterances` of `cosine_split` (whole utterances)."""
     import numpy as np
 
-    from rvqspec.mini.talker_train import _batch, _load_split
+    from rvqspec.mini.talker_train import training_batch, load_split
 
-    texts, codes = _load_split(Path(corpus_dir), config.cosine_split)
+    texts, codes = load_split(Path(corpus_dir), config.cosine_split)
     idx = np.arange(min(config.cosine_utterances, len(texts)))
-    text, code, valid = _batch(texts, codes, idx, 10_000, np.random.default_rng(0), talker.config.text_lead)
+    text, code, valid = training_batch(texts, codes, idx, 10_000, np.random.default_rng(0), talker.config.text_lead)
     scores = cosine_importance(talker, code_predictor, text, code, valid)
     return dict(criterion="cosine", split=config.cosine_split, utterances=int(len(idx)),
                 frames=int(valid.sum()), scores=scores)
