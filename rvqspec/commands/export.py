@@ -31,6 +31,11 @@ def _inputs(model: str, tree: Path, drafter: Optional[Path]):
 
     t = load_tree(tree)  # cheap checks first: a bad tree fails before the model loads
     cp = load_code_predictor(model)
+    vocab = cp.config.vocab_size
+    if t.buffers().max_rank > vocab:
+        bad = max(t.paths, key=lambda p: max(p))
+        raise ValueError(f"{tree}: path {list(bad)} has rank {max(bad)} but the code predictor has only {vocab} "
+                         f"codes (ranks 0..{vocab - 1})")
     d = None
     if drafter is not None:
         from rvqspec.core.drafters import load_drafter

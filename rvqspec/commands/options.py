@@ -41,12 +41,12 @@ def langs(default: Any = None, help: str = "Languages (repeatable); default: all
 
 
 def budget(default: Any = defaults.BUDGET, help: str = "Tree node budget N (seed 000 §2.3).") -> Any:
-    return typer.Option(default, "--budget", help=help)
+    return typer.Option(default, "--budget", min=1, help=help)
 
 
 def budgets(default: Any = None, help: str = "Tree node budgets N (repeatable); default "
             + ", ".join(map(str, defaults.BUDGETS)) + ".") -> Any:
-    return typer.Option(default, "--budget", help=help)
+    return typer.Option(default, "--budget", min=1, help=help)
 
 
 def drafter(default: Any = None, help: str = "Drafter file (.safetensors)." ) -> Any:
@@ -88,6 +88,14 @@ def top_p() -> Any:
 
 def greedy() -> Any:
     return typer.Option(False, "--greedy", help="Greedy decoding (argmax) instead of sampling.")
+
+
+def check_lang(lang: str) -> None:
+    """The mini world's languages (rvqspec.mini.speech.LANGUAGES); checked before any model loads."""
+    from rvqspec.mini.speech import LANGUAGES
+
+    if lang not in LANGUAGES:
+        raise typer.BadParameter(f"--lang {lang!r} is not one of {', '.join(LANGUAGES)}")
 
 
 def sampling(temperature: float, top_k: int, top_p: float, greedy: bool) -> Sampling:

@@ -66,12 +66,15 @@ def extract_cmd(
     import torch
 
     from rvqspec.real.datasets import codec_from_spec, text_ids_from_spec
-    from rvqspec.real.distributed import (ExtractJob, ScaleConfig, extract_sharded, finish_distributed, merge_extraction,
-                               topology, wait_for_everyone)
+    from rvqspec.real.distributed import (ExtractJob, ScaleConfig, ScaleError, extract_sharded, finish_distributed,
+                                          merge_extraction, topology, wait_for_everyone)
 
     torch.set_num_threads(threads)
     topo = topology()
-    cfg = ScaleConfig(unit_items=unit_items, strategy=strategy)
+    try:
+        cfg = ScaleConfig(unit_items=unit_items, strategy=strategy)
+    except ScaleError as exc:  # a bad option, not a failure of the distributed run
+        raise typer.BadParameter(str(exc)) from None
     job = ExtractJob(model=str(model), dataset=str(dataset), out=str(out), split=split, language=language,
                      limit=limit, speaker=speaker, non_streaming_mode=not streaming, use_language=not auto_language,
                      shard_frames=shard_frames, hidden_dtype=dtype, source=source, seed=seed,

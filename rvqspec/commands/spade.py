@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from rvqspec.commands import options as opt
+from rvqspec.core.jsonfile import read_json
 
 spade_app = typer.Typer(help="SPADE (seed 001): layer importance, pruning and distillation of the talker.",
                         no_args_is_help=True)
@@ -48,12 +49,11 @@ def _keep(keep: Optional[str], criterion: Optional[str], importance: Optional[Pa
             raise typer.BadParameter(f"--keep must be comma-separated layer indices, got {keep!r}")
     if not criterion or not importance:
         raise typer.BadParameter("give --keep 0,3 or --criterion wli|cosine with --importance FILE")
-    if not importance.is_file():
-        raise typer.BadParameter(f"{importance}: no such importance JSON (run `rvqspec spade importance`)")
-    imp = json.loads(importance.read_text())
+    imp = read_json(importance, ValueError, "no such importance JSON (run `rvqspec spade importance`)")
     for key in ("wli", "cosine"):
-        if key not in imp:
-            raise typer.BadParameter(f"{importance}: key {key!r} is missing (keys: {sorted(imp)})")
+        if not isinstance(imp, dict) or key not in imp:
+            raise typer.BadParameter(f"{importance}: key {key!r} is missing (keys: "
+                                     f"{sorted(imp) if isinstance(imp, dict) else type(imp).__name__})")
     return select_by(criterion, imp, depth or default_depth(num_layers)), criterion
 
 
@@ -249,12 +249,13 @@ def project_cmd(
         except ValueError:
             raise typer.BadParameter(f"--tokens-per-call must be LABEL=FLOAT, got {item!r}")
     if results:
-        rows = json.loads(results.read_text())["rows"]
+        data = read_json(results, ValueError, "no such `spade evaluate` results JSON")
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise typer.BadParameter(f"{results}: not a `spade evaluate` result (needs a 'rows' list)")
+        rows = data["rows"]
         tpc.update({r["model"]: float(r["tokens_per_call"]) for r in rows if r.get("inner") == "speculative"})
     if timings:
-        if not timings.is_file():
-            raise typer.BadParameter(f"{timings}: no such projection JSON")
-        res = project_variants(json.loads(timings.read_text()), tpc)
+        res = project_variants(read_json(timings, ValueError, "no such projection JSON"), tpc)
     else:
         L = TalkerConfig.from_name(preset).num_hidden_layers
         res = project_full_size(preset, keep_layers or default_depth(L), context, tree_nodes, tpc, reps, threads)

@@ -15,7 +15,7 @@ from typing import List, Optional
 import typer
 
 from rvqspec.commands import options as opt
-from rvqspec.core.jsonfile import write_json_atomic
+from rvqspec.core.jsonfile import read_json, write_json_atomic
 from rvqspec.commands.bench import bench_app
 
 
@@ -60,10 +60,20 @@ def _frames_fn(spec: Optional[str]):
         raise typer.BadParameter(f"--frames-fn {spec!r}: {e}") from e
 
 
+def _check_acceptance(acc, source: Path, drafter_name: str) -> None:
+    """A `bench acceptance` result with an entry for `drafter_name`, or an error naming what is missing."""
+    if not isinstance(acc, dict) or not isinstance(acc.get("drafters"), dict):
+        raise ValueError(f"{source}: not a `bench acceptance` result (needs a 'drafters' object)")
+    if drafter_name not in acc["drafters"]:
+        raise ValueError(f"{source}: no drafter {drafter_name!r} under 'drafters' (has {sorted(acc['drafters'])}); "
+                         f"pick one with --acceptance-drafter")
+
+
 def _tree_from_acceptance(acc: dict, source: Path, drafter_name: str, budget: int):
     """The budget-N tree of one drafter in a `bench acceptance` result (keys are str after JSON)."""
     from rvqspec.core.tree import SparseTree
 
+    _check_acceptance(acc, source, drafter_name)
     entry = acc.get("drafters", {}).get(drafter_name)
     if entry is None or str(budget) not in entry["trees"]:
         raise typer.BadParameter(f"{source}: no tree for drafter {drafter_name!r} at N={budget}")
@@ -165,7 +175,8 @@ def register(app: typer.Typer) -> None:
         from rvqspec.measure.acceptance import AcceptanceTable
         from rvqspec.core.tree import SparseTree
 
-        table = AcceptanceTable.from_json(json.loads(acceptance.read_text()), where=str(acceptance))
+        table = AcceptanceTable.from_json(read_json(acceptance, ValueError, "no such acceptance table "
+                                                    "(run `rvqspec spec calibrate`)"), where=str(acceptance))
         tree = SparseTree.grow(table.acc, budget, max_depth=max_depth)
         tree.save(out)
         typer.echo(json.dumps({"out": str(out), "N": len(tree), "expected_length": tree.expected_length(table.acc)}))
@@ -239,7 +250,8 @@ def register(app: typer.Typer) -> None:
         from rvqspec.core.tree import SparseTree
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
-        acc = json.loads(acceptance_json.read_text())
+        acc = read_json(acceptance_json, ValueError, "no such `bench acceptance` JSON")
+        _check_acceptance(acc, acceptance_json, drafter_name)
         tpc = tokens_per_call_from_acceptance(acc, drafter_name)
         result: dict = {"acceptance_json": str(acceptance_json), "drafter": drafter_name}
         if model_dir is not None:
@@ -301,7 +313,8 @@ def register(app: typer.Typer) -> None:
         if tree is not None:
             t = SparseTree.load(tree)
         elif acceptance_json is not None:
-            t = _tree_from_acceptance(json.loads(acceptance_json.read_text()), acceptance_json, drafter_name, budget)
+            t = _tree_from_acceptance(read_json(acceptance_json, ValueError, "no such `bench acceptance` JSON"),
+                                      acceptance_json, drafter_name, budget)
         else:
             raise typer.BadParameter("give --tree or --acceptance")
         pool = frames_for_timing(_frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language,

@@ -33,8 +33,13 @@ import torch.nn.functional as F
 from rvqspec.core.drafters import Drafter
 from rvqspec.core.model import decoder_stack, rms_norm
 from rvqspec.core.sampling import Sampling, probs
-from rvqspec.core.tree import SparseTree
+from rvqspec.core.tree import SparseTree, TreeError
 from rvqspec.core.verify import draw, race, verify_walk
+
+
+class NonFiniteHiddenError(ValueError):
+    """The talker hidden state handed to the speculative decoder holds NaN or inf."""
+
 
 NEG_INF = float("-inf")
 
@@ -95,6 +100,11 @@ class SpeculativeCodePredictor:
             raise ValueError(f"tree depth {tree.max_depth} exceeds the drafter's K={drafter.num_offsets}")
         if rule not in ("sampled", "walk"):
             raise ValueError(f"rule must be 'sampled' or 'walk', got {rule!r}")
+        vocab = code_predictor.config.vocab_size
+        if tree.buffers().max_rank > vocab:  # a rank r drafts the (r+1)-th most likely of V codes
+            bad = max(tree.paths, key=lambda p: max(p))
+            raise TreeError(f"tree path {list(bad)} has rank {max(bad)} but the code predictor has only "
+                            f"{vocab} codes (ranks 0..{vocab - 1})")
         self.code_predictor = code_predictor
         self.drafter = drafter
         self.tree = tree
@@ -242,6 +252,10 @@ class SpeculativeCodePredictor:
         B = talker_hidden.shape[0]
         if c0.shape != (B, 1):
             raise ValueError(f"c0 must be (B, 1) = ({B}, 1), got {tuple(c0.shape)}")
+        if not torch.isfinite(talker_hidden).all():  # NaN logits would otherwise decode as all-zero codes
+            rows = (~torch.isfinite(talker_hidden)).flatten(1).any(1).nonzero().flatten().tolist()  # (bad rows,)
+            raise NonFiniteHiddenError(f"talker_hidden (B, 1, E) = {tuple(talker_hidden.shape)} has NaN or inf "
+                                       f"values in rows {rows}")
         if B == 1:
             return self._frame(talker_hidden, c0, sampling, generator, callback)
         outs, stats = [], SpecStats()
