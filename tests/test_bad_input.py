@@ -276,3 +276,24 @@ def test_skip_hash_check_is_the_only_escape(files) -> None:
     assert load_drafter(files["other_model.safetensors"], cp, check_hash=False).num_offsets == 3
     with pytest.raises(DrafterError, match="hidden_size"):  # the escape skips the hash only, not the shapes
         load_drafter(files["narrow.safetensors"], cp, check_hash=False)
+
+
+def test_the_installed_entry_point_prints_one_line(tmp_path) -> None:
+    """The same rule through `python -m rvqspec.cli` in a subprocess (typer's own exception hook is
+    on that path, not on CliRunner's), with a narrow terminal and a long temp path."""
+    import os
+    import subprocess
+    import sys
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    bad = deep / "acceptance.json"
+    bad.write_text("{ not json")
+    env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(ROOT)}
+    env.pop("RVQSPEC_DEBUG", None)
+    res = subprocess.run([sys.executable, "-m", "rvqspec.cli", "spec", "grow-tree", "--acceptance", str(bad),
+                          "--out", str(deep / "t.json")], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(bad) in lines[0] and "not valid JSON" in lines[0], res.stderr
+    assert not (deep / "t.json").exists()

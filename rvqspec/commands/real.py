@@ -140,6 +140,7 @@ def evaluate_cmd(
     dataset: Path = typer.Argument(..., help="evaluation dataset directory (Fleurs)"),
     out: Path = opt.out_dir(..., "Output folder: unit_XXXXX/, table3.json, table3.md."),
     drafter: Optional[Path] = opt.drafter(None, "Trained drafter (default: zero offsets)."),
+    skip_hash_check: bool = opt.skip_hash_check(),
     tree: Optional[Path] = opt.tree(None, "Tree JSON (default: top-1 chain of depth K)."),
     asr: List[str] = typer.Option(..., help="recognizer: PATH or LANG=PATH, repeatable ('*' = fallback); PATH = "
                                             "a local transformers ASR dir, a mini recognizer dir, or FILE.py:NAME"),
@@ -190,13 +191,14 @@ def evaluate_cmd(
         if not state:
             t = SparseTree.load(tree) if tree else None
             if backend == "mini":
-                synth = MiniSynthesizer(model, mini_codec, drafter, t, cfg)
+                synth = MiniSynthesizer(model, mini_codec, drafter, t, cfg, verify_hash=not skip_hash_check)
             elif backend == "official":
                 m = load_official_model(model)
                 ours = shared_code_predictor(m.talker.code_predictor, m.talker)
                 synth = OfficialSynthesizer(m, text_ids_from_spec(text_tokenizer, model),
                                             codec_from_spec(codec, model).decode,
-                                            load_drafter(drafter, ours) if drafter else None, t, cfg)
+                                            load_drafter(drafter, ours, check_hash=not skip_hash_check)
+                                            if drafter else None, t, cfg)
             else:
                 raise typer.BadParameter(f"--backend must be official or mini, got {backend!r}")
             state.update(synth=synth, asr=RecognizerMap(parse_asr_for(asr), device=device))
