@@ -37,7 +37,8 @@ def test_every_option_has_help_and_no_retired_name() -> None:
 
 def test_commands_that_decode_take_the_sampling_options() -> None:
     decoding = {("synthesize",), ("wer",), ("mini", "evaluate"), ("spec", "extract"), ("bench", "acceptance"),
-                ("bench", "spec"), ("bench", "lossless"), ("real", "evaluate")}
+                ("bench", "spec"), ("bench", "lossless"), ("real", "evaluate"), ("spade", "importance"),
+                ("spade", "evaluate")}
     found = set()
     for path, cmd in commands():
         names = {o for p in cmd.params for o in p.opts}

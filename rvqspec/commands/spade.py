@@ -73,6 +73,8 @@ def importance_cmd(
     out: Path = opt.out(RUNS / "importance.json", "JSON output."),
     html: Optional[Path] = typer.Option(RUNS / "importance.html", help="plotly HTML of both criteria"),
     threads: int = opt.threads(),
+    temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+    greedy: bool = opt.greedy(),
     as_json: bool = opt.as_json(),
 ) -> None:
     """WLI (skip each layer, WER/CER increase) and cosine importance per talker layer."""
@@ -85,12 +87,14 @@ def importance_cmd(
     from rvqspec.spade.evaluate import write_json
     from rvqspec.spade.importance import ImportanceConfig, importance_figure, layer_importance
 
+    sampling = opt.sampling(temperature, top_k, top_p, greedy)
     torch.set_num_threads(threads)
     d = _data(data)
     cfg = dataclasses.replace(ImportanceConfig(), **_overrides(
         wli_texts=texts, wli_seeds=tuple(range(seeds)) if seeds else None))
     tts = MiniTTS.load(d, model_dir=model_dir)
-    res = layer_importance(tts, corpus or d / "corpus", load_recognizer(recognizer or d / "recognizer"), cfg, depth)
+    res = layer_importance(tts, corpus or d / "corpus", load_recognizer(recognizer or d / "recognizer"), cfg, depth,
+                           sampling=sampling)
     res["model_dir"] = str(model_dir or d / "model")
     res["config"] = dataclasses.asdict(cfg)
     write_json(res, out)
@@ -192,6 +196,8 @@ def evaluate_cmd(
     out: Path = opt.out(RUNS / "results.json", "Results JSON."),
     md: Optional[Path] = typer.Option(None, help="markdown table (default OUT with .md)"),
     html: Optional[Path] = typer.Option(None, help="plotly HTML (default OUT with .html)"),
+    temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+    greedy: bool = opt.greedy(),
     as_json: bool = opt.as_json(),
 ) -> None:
     """WER/CER, parameters, RTF, per-frame latency and memory of each model (AR and speculative)."""
@@ -201,6 +207,7 @@ def evaluate_cmd(
 
     from rvqspec.spade.evaluate import EvalConfig, evaluate_models, markdown_table, results_figure, write_json
 
+    sampling = opt.sampling(temperature, top_k, top_p, greedy)
     torch.set_num_threads(threads)
     d = _data(data)
     models = {}
@@ -212,7 +219,7 @@ def evaluate_cmd(
     cfg = dataclasses.replace(EvalConfig(), **_overrides(texts=texts, split=split, timing_texts=timing_texts,
                                                           seeds=tuple(range(seeds)) if seeds else None))
     res = evaluate_models(models, corpus or d / "corpus", recognizer or d / "recognizer", cfg, spec or (),
-                          drafter, tree, d, cache_dir=cache)
+                          drafter, tree, d, cache_dir=cache, sampling=sampling)
     write_json(res, out)
     table = markdown_table(res["rows"])
     (md or out.with_suffix(".md")).write_text(table)
