@@ -122,6 +122,8 @@ CASES = [
                                   "--out", ("missing", "t.json")], "acc_missing_key.json"),
     ("spec-extract-frames-fn", ["spec", "extract", "--model", str(MODEL), "--out-dir", ("missing", "x"),
                                 "--frames-fn", "nomodule"], "--frames-fn"),
+    ("spec-extract-source", ["spec", "extract", "--model", str(MODEL), "--out-dir", ("missing", "x"),
+                             "--source", "bogus"], "bogus"),
     ("spec-train-kind", ["spec", "train", "--model", str(MODEL), "--shards", ("missing", "shards"),
                          "--out", ("missing", "d.safetensors"), "--kind", "bogus"], "bogus"),
     ("spec-calibrate-corrupt-drafter", ["spec", "calibrate", "--model", str(MODEL), "--shards", ("missing", "shards"),
@@ -142,6 +144,8 @@ CASES = [
                                        ("missing", "shards"), "--drafter", "offsets"], "NAME=PATH"),
     ("bench-acceptance-budget-0", ["bench", "acceptance", "--model", str(MODEL), "--calibration",
                                    ("missing", "shards"), "--budget", "0"], "--budget"),
+    ("bench-ar-dtype", ["bench", "ar", "--dtype", "bogus", "--calls", "1", "--frames", "1", "--warmup", "0",
+                        "--no-official"], "bogus"),
     # export
     ("export-missing-tree", ["export", "onnx", "--tree", ("missing", "none.json"), "--out-dir", ("missing", "o")],
      "none.json"),
@@ -164,6 +168,7 @@ CASES = [
     ("report-audio-escapes", ["report", P("results_escape.json")], "../outside.wav"),
     ("report-audio-absolute", ["report", P("results_absolute.json")], "/etc/hostname"),
     ("report-step-without-status", ["report", P("results_steps.json")], "steps['x']"),
+    ("demo-lang-xx", ["demo", "--quick", "--lang", "xx", "--out-dir", ("missing", "demo")], "'xx'"),
     # info / checkpoints
     ("info-missing-model", ["info", "--model", ("missing", "nomodel")], "nomodel"),
     ("info-index-escapes", ["info", "--model", P("escaping_ckpt")], "../stolen.safetensors"),

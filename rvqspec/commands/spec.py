@@ -107,6 +107,8 @@ def register(app: typer.Typer) -> None:
         from rvqspec.measure.extract import extract
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
+        if source not in ("teacher_forced", "free_running"):  # checked before the progress bar starts
+            raise typer.BadParameter(f"--source must be teacher_forced or free_running, got {source!r}")
         cp = _load_cp(model_dir)
         utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=max_utterances)
         path = extract(cp, utts, out, source=source, sampling=sampling, generator=torch.Generator().manual_seed(seed),
