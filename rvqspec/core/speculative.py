@@ -100,11 +100,6 @@ class SpeculativeCodePredictor:
             raise ValueError(f"tree depth {tree.max_depth} exceeds the drafter's K={drafter.num_offsets}")
         if rule not in ("sampled", "walk"):
             raise ValueError(f"rule must be 'sampled' or 'walk', got {rule!r}")
-        vocab = code_predictor.config.vocab_size
-        if tree.buffers().max_rank > vocab:  # a rank r drafts the (r+1)-th most likely of V codes
-            bad = max(tree.paths, key=lambda p: max(p))
-            raise TreeError(f"tree path {list(bad)} has rank {max(bad)} but the code predictor has only "
-                            f"{vocab} codes (ranks 0..{vocab - 1})")
         self.code_predictor = code_predictor
         self.drafter = drafter
         self.tree = tree
@@ -113,6 +108,11 @@ class SpeculativeCodePredictor:
         if _control is not None and rule != "walk":
             raise ValueError("_control needs rule='walk'")
         self.buffers = tree.buffers()
+        vocab = code_predictor.config.vocab_size
+        if self.buffers.max_rank > vocab:  # a rank r drafts the (r+1)-th most likely of V codes
+            bad = max(tree.paths, key=lambda p: max(p))
+            raise TreeError(f"tree path {list(bad)} has rank {max(bad)} but the code predictor has only "
+                            f"{vocab} codes (ranks 0..{vocab - 1})")
         self.num_codes = code_predictor.config.num_code_groups - 1  # 15
         c = code_predictor.config
         self._dims = (c.num_key_value_heads, c.num_attention_heads // c.num_key_value_heads, c.head_dim, c.rms_norm_eps)
