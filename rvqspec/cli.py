@@ -17,8 +17,15 @@ import pkgutil
 
 import typer
 import typer.core
-# typer 0.29 vendors click as typer._click; its exceptions are the ones commands raise
-from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+try:  # typer >= 0.29 vendors click as typer._click; its exceptions are the ones commands raise
+    from typer._click import exceptions as _click_errors
+except ImportError:  # older typer runs on click itself
+    from click import exceptions as _click_errors
+
+ClickException, UsageError = _click_errors.ClickException, _click_errors.UsageError
+# click >= 8.2 signals "no arguments: show the help" with this UsageError; it must stay help
+NoArgsIsHelpError = getattr(_click_errors, "NoArgsIsHelpError", ())
 
 # What a routine mistake raises: the project's named errors derive from ValueError (CheckpointError,
 # TreeError, DrafterError, ProfileError, ...); OSError covers missing, unreadable and mis-typed paths.
@@ -58,8 +65,9 @@ def _flag_type(self, ctx):
     return _option_type(self, ctx)
 
 
-_option_type = typer.core.TyperOption.display_type_rich
-typer.core.TyperOption.display_type_rich = _flag_type
+_option_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _option_type is not None:  # only typer versions with this hook print the <bool> label
+    typer.core.TyperOption.display_type_rich = _flag_type
 
 app = typer.Typer(
     cls=_Group,

@@ -31,7 +31,7 @@ def tiny_ckpt(tmp_path_factory) -> tuple[Path, Qwen3TTS]:
 
 def test_info_json_counts_match_the_modules(tiny_ckpt) -> None:
     path, m = tiny_ckpt
-    res = runner.invoke(app, ["info", str(path), "--json"])
+    res = runner.invoke(app, ["info", "--model", str(path), "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data["talker"]["num_hidden_layers"] == 2 and data["code_predictor"]["num_hidden_layers"] == 3
@@ -53,9 +53,9 @@ def test_info_json_counts_match_the_modules(tiny_ckpt) -> None:
 
 def test_info_table_and_errors(tiny_ckpt, tmp_path: Path) -> None:
     path, _ = tiny_ckpt
-    res = runner.invoke(app, ["info", str(path)])
+    res = runner.invoke(app, ["info", str(path)])  # the positional form stays, hidden, as an alias of --model
     assert res.exit_code == 0 and "code predictor call reads" in res.output
-    res = runner.invoke(app, ["info", str(tmp_path / "missing")])
+    res = runner.invoke(app, ["info", "--model", str(tmp_path / "missing")])
     assert res.exit_code == 2 and "not found" in res.output
 
 

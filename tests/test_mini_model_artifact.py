@@ -55,7 +55,7 @@ def test_info_command_reads_mini_checkpoint():
 
     from rvqspec.cli import app
 
-    res = CliRunner().invoke(app, ["info", str(MODEL), "--json"])
+    res = CliRunner().invoke(app, ["info", "--model", str(MODEL), "--json"])
     assert res.exit_code == 0, res.output
     info = json.loads(res.output)
     text = json.dumps(info)

@@ -150,7 +150,8 @@ def test_cli_skip_and_errors():
     runner = CliRunner()
     if sys.platform != "darwin":
         res = runner.invoke(app, ["profile", "--backend", "coreml", "--dtype", "fp16", "--json"])
-        assert res.exit_code == 0 and json.loads(res.stdout.strip().splitlines()[-1])["skipped"]
+        # nothing measured: exit 2 (a script must not read it as success), the skip still recorded in the JSON
+        assert res.exit_code == 2 and json.loads(res.stdout.strip().splitlines()[-1])["skipped"]
     res = runner.invoke(app, ["profile", "--backend", "onnx", "--dtype", "bf16"])
     assert res.exit_code == 2 and "fp32" in res.output
     res = runner.invoke(app, ["profile", "--model", "/nonexistent/ckpt", "--calls", "1", "--warmup", "0",

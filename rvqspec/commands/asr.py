@@ -100,8 +100,8 @@ def transcribe(
         try:
             audio, rate = sf.read(str(f), dtype="float32")
         except Exception as exc:  # soundfile's errors do not always name the file
-            typer.echo(f"cannot read audio file {f}: {exc}", err=True)
-            raise typer.Exit(1)
+            typer.echo(f"error: cannot read audio file {f}: {' '.join(str(exc).split())}", err=True)
+            raise typer.Exit(2)
         if audio.ndim == 2:
             audio = audio.mean(axis=1).astype(np.float32)
         typer.echo(f"{f}\t{rec.transcribe([audio], rate, language)[0]}")

@@ -27,6 +27,8 @@ def register(app: typer.Typer) -> None:
 
         from rvqspec.workbench.demo import DemoConfig, run_demo
 
+        for lang in language or ():
+            opt.check_lang(lang)
         over = {k: v for k, v in dict(out=str(out), data_dir=str(data) if data else None,
                                       work=str(work) if work else None,
                                       languages=tuple(language) if language else None, threads=threads).items()

@@ -25,17 +25,22 @@ _HEADS = typer.Option(_CML.heads, "--heads", help="LM head access in the graphs:
 _DRAFTER = opt.drafter(None, "offsets or shared_low_rank drafter file (safetensors); default zeros = reused LM heads.")
 
 
-def _inputs(model: str, tree: Path, drafter: Optional[Path]):
+def _inputs(model: str, tree: Path, drafter: Optional[Path], check_hash: bool = True):
     from rvqspec.export.source import load_code_predictor
     from rvqspec.measure.profile import load_tree
 
     t = load_tree(tree)  # cheap checks first: a bad tree fails before the model loads
     cp = load_code_predictor(model)
+    vocab = cp.config.vocab_size
+    if t.buffers().max_rank > vocab:
+        bad = max(t.paths, key=lambda p: max(p))
+        raise ValueError(f"{tree}: path {list(bad)} has rank {max(bad)} but the code predictor has only {vocab} "
+                         f"codes (ranks 0..{vocab - 1})")
     d = None
     if drafter is not None:
         from rvqspec.core.drafters import load_drafter
 
-        d = load_drafter(drafter, cp)
+        d = load_drafter(drafter, cp, check_hash=check_hash)
     return cp, t, d
 
 
@@ -48,7 +53,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(export_app, name="export")
 
 
-def _run_export(model: str, tree: Path, drafter: Optional[Path], export):
+def _run_export(model: str, tree: Path, drafter: Optional[Path], export, check_hash: bool = True):
     """What both exports share: the inputs, one thread, timing, and a clear error for bad input.
     `export(cp, tree, drafter)` -> result with .out_dir; returns (result, summary head, (cp, tree, drafter))."""
     import torch
@@ -56,7 +61,7 @@ def _run_export(model: str, tree: Path, drafter: Optional[Path], export):
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
-        cp, t, d = _inputs(model, tree, drafter)
+        cp, t, d = _inputs(model, tree, drafter, check_hash)
         res = export(cp, t, d)
     except ValueError as exc:
         _fail(exc)
@@ -65,6 +70,7 @@ def _run_export(model: str, tree: Path, drafter: Optional[Path], export):
 
 @export_app.command("coreml")
 def coreml(model: str = _MODEL, tree: Path = _TREE, out: Path = _OUT, drafter: Optional[Path] = _DRAFTER,
+           skip_hash_check: bool = opt.skip_hash_check(),
            no_quantize: bool = typer.Option(False, "--no-quantize", help="fp16 weights instead of W8A16."),
            two_packages: bool = typer.Option(not _CML.multifunction, "--two-packages",
                                              help="Two packages at iOS 17 / macOS 14 instead of one "
@@ -76,7 +82,7 @@ def coreml(model: str = _MODEL, tree: Path = _TREE, out: Path = _OUT, drafter: O
 
     res, summary, _ = _run_export(model, tree, drafter, lambda cp, t, d: export_coreml(
         cp, t, out, quantize=None if no_quantize else _CML.quantize, drafter=d, multifunction=not two_packages,
-        heads=heads, overwrite=overwrite))
+        heads=heads, overwrite=overwrite), check_hash=not skip_hash_check)
     summary.update({"quantize": res.manifest["quantize"], "heads": heads, "target": res.manifest["minimum_deployment_target"],
                     "packages": {}})
     for fn, pkg in res.packages.items():
@@ -91,6 +97,7 @@ def coreml(model: str = _MODEL, tree: Path = _TREE, out: Path = _OUT, drafter: O
 
 @export_app.command("onnx")
 def onnx(model: str = _MODEL, tree: Path = _TREE, out: Path = _OUT, drafter: Optional[Path] = _DRAFTER,
+         skip_hash_check: bool = opt.skip_hash_check(),
          dynamo: bool = typer.Option(False, "--dynamo", help="torch.export-based exporter (slower here)."),
          check: bool = typer.Option(True, "--check/--no-check", help="Run both graphs in onnxruntime and "
                                                                    "compare with torch (max abs diff, argmax)."),
@@ -100,7 +107,7 @@ def onnx(model: str = _MODEL, tree: Path = _TREE, out: Path = _OUT, drafter: Opt
     from rvqspec.export.onnx import OnnxGraph, export_onnx
 
     res, summary, (cp, t, d) = _run_export(model, tree, drafter, lambda cp, t, d: export_onnx(
-        cp, t, out, drafter=d, dynamo=dynamo, heads=heads, overwrite=overwrite))
+        cp, t, out, drafter=d, dynamo=dynamo, heads=heads, overwrite=overwrite), check_hash=not skip_hash_check)
     summary.update({"files": {"ar": str(res.ar), "fused": str(res.fused)},
                     "bytes": {"ar": res.ar.stat().st_size, "fused": res.fused.stat().st_size}})
     if check:

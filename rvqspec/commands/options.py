@@ -22,7 +22,9 @@ from typing import Any, Optional
 import typer
 
 from rvqspec.core import defaults
+from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.core.sampling import Sampling
+from rvqspec.mini.speech import LANGUAGES
 
 LANG_HELP = "Language: en, de, es, ru, ja (kana) or zh."
 THREADS_HELP = "torch CPU threads (1 by default: the shared 2-core machine ran small FFTs ~10x slower with 2)."
@@ -41,19 +43,19 @@ def langs(default: Any = None, help: str = "Languages (repeatable); default: all
 
 
 def budget(default: Any = defaults.BUDGET, help: str = "Tree node budget N (seed 000 §2.3).") -> Any:
-    return typer.Option(default, "--budget", help=help)
+    return typer.Option(default, "--budget", min=1, help=help)
 
 
 def budgets(default: Any = None, help: str = "Tree node budgets N (repeatable); default "
             + ", ".join(map(str, defaults.BUDGETS)) + ".") -> Any:
-    return typer.Option(default, "--budget", help=help)
+    return typer.Option(default, "--budget", min=1, help=help)
 
 
-def drafter(default: Any = None, help: str = "Drafter file (.safetensors)." ) -> Any:
+def drafter(default: Any = None, help: str = "Drafter file (.safetensors).") -> Any:
     return typer.Option(default, "--drafter", help=help)
 
 
-def tree(default: Any = None, help: str = "Tree JSON (rank paths)." ) -> Any:
+def tree(default: Any = None, help: str = "Tree JSON (rank paths).") -> Any:
     return typer.Option(default, "--tree", help=help)
 
 
@@ -90,6 +92,12 @@ def greedy() -> Any:
     return typer.Option(False, "--greedy", help="Greedy decoding (argmax) instead of sampling.")
 
 
+def check_lang(lang: str) -> None:
+    """The mini world's languages (rvqspec.mini.speech.LANGUAGES); checked before any model loads."""
+    if lang not in LANGUAGES:
+        raise typer.BadParameter(f"--lang {lang!r} is not one of {', '.join(LANGUAGES)}")
+
+
 def sampling(temperature: float, top_k: int, top_p: float, greedy: bool) -> Sampling:
     """The `Sampling` the four sampling options describe; a bad value names its option."""
     if greedy:
@@ -113,8 +121,6 @@ def summary(result: dict, out: Optional[Path] = None) -> str:
 def emit(result: dict, as_json: bool, out: Optional[Path], summary: Optional[str] = None) -> None:
     """--out writes the JSON atomically; --json prints all of it; otherwise a short summary (or the
     JSON, when the command has no summary) goes to stdout."""
-    from rvqspec.core.jsonfile import write_json_atomic
-
     if out is not None:
         write_json_atomic(out, result, indent=1, default=str)
     if as_json or summary is None:

@@ -42,15 +42,13 @@ def register(app: typer.Typer) -> None:
                                                     "latencies with --acceptance (no timing)."),
     ) -> None:
         """p10/p50/p90 of the AR call and the verify call per N; overhead, speed-up, N* (seed 000 §3.4)."""
+        from rvqspec.core.jsonfile import read_json
         from rvqspec.measure.profile import (BackendUnavailable, ProfileError, load_acceptance, profile, rescore,
-                                     save_device_profile)
+                                             save_device_profile)
 
         try:
             if rescore_ is not None:
-                try:
-                    old = json.loads(rescore_.read_text())
-                except (OSError, json.JSONDecodeError) as e:
-                    raise ProfileError(f"{rescore_}: cannot read a device profile ({e})") from None
+                old = read_json(rescore_, ProfileError, "no such device profile")
                 result = rescore(old, load_acceptance(acceptance, int(old.get("max_depth", 3)), acceptance_drafter))
                 backend, dtype = result["backend"], result["dtype"]
             else:
@@ -59,13 +57,10 @@ def register(app: typer.Typer) -> None:
                                     compile=compile_, budget_s=budget, compute_units=compute_units,
                                     heads=heads)
                 result = profile(cfg, load_acceptance(acceptance, cfg.max_depth, acceptance_drafter))
-        except BackendUnavailable as exc:
-            typer.echo(f"skipped: {exc}", err=True)
+        except BackendUnavailable as exc:  # nothing was measured: a script must not read this as success
             if as_json:
                 typer.echo(json.dumps({"backend": backend, "dtype": dtype, "skipped": str(exc)}))
-            return
-        except ValueError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: backend {backend} is not available here: {exc}", err=True)
             raise typer.Exit(2)
         if out is not None:
             save_device_profile(result, out)

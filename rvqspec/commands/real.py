@@ -66,12 +66,15 @@ def extract_cmd(
     import torch
 
     from rvqspec.real.datasets import codec_from_spec, text_ids_from_spec
-    from rvqspec.real.distributed import (ExtractJob, ScaleConfig, extract_sharded, finish_distributed, merge_extraction,
-                               topology, wait_for_everyone)
+    from rvqspec.real.distributed import (ExtractJob, ScaleConfig, ScaleError, extract_sharded, finish_distributed,
+                                          merge_extraction, topology, wait_for_everyone)
 
     torch.set_num_threads(threads)
     topo = topology()
-    cfg = ScaleConfig(unit_items=unit_items, strategy=strategy)
+    try:
+        cfg = ScaleConfig(unit_items=unit_items, strategy=strategy)
+    except ScaleError as exc:  # a bad option, not a failure of the distributed run
+        raise typer.BadParameter(str(exc)) from None
     job = ExtractJob(model=str(model), dataset=str(dataset), out=str(out), split=split, language=language,
                      limit=limit, speaker=speaker, non_streaming_mode=not streaming, use_language=not auto_language,
                      shard_frames=shard_frames, hidden_dtype=dtype, source=source, seed=seed,
@@ -137,6 +140,7 @@ def evaluate_cmd(
     dataset: Path = typer.Argument(..., help="evaluation dataset directory (Fleurs)"),
     out: Path = opt.out_dir(..., "Output folder: unit_XXXXX/, table3.json, table3.md."),
     drafter: Optional[Path] = opt.drafter(None, "Trained drafter (default: zero offsets)."),
+    skip_hash_check: bool = opt.skip_hash_check(),
     tree: Optional[Path] = opt.tree(None, "Tree JSON (default: top-1 chain of depth K)."),
     asr: List[str] = typer.Option(..., help="recognizer: PATH or LANG=PATH, repeatable ('*' = fallback); PATH = "
                                             "a local transformers ASR dir, a mini recognizer dir, or FILE.py:NAME"),
@@ -187,13 +191,14 @@ def evaluate_cmd(
         if not state:
             t = SparseTree.load(tree) if tree else None
             if backend == "mini":
-                synth = MiniSynthesizer(model, mini_codec, drafter, t, cfg)
+                synth = MiniSynthesizer(model, mini_codec, drafter, t, cfg, verify_hash=not skip_hash_check)
             elif backend == "official":
                 m = load_official_model(model)
                 ours = shared_code_predictor(m.talker.code_predictor, m.talker)
                 synth = OfficialSynthesizer(m, text_ids_from_spec(text_tokenizer, model),
                                             codec_from_spec(codec, model).decode,
-                                            load_drafter(drafter, ours) if drafter else None, t, cfg)
+                                            load_drafter(drafter, ours, check_hash=not skip_hash_check)
+                                            if drafter else None, t, cfg)
             else:
                 raise typer.BadParameter(f"--backend must be official or mini, got {backend!r}")
             state.update(synth=synth, asr=RecognizerMap(parse_asr_for(asr), device=device))

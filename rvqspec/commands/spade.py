@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from rvqspec.commands import options as opt
+from rvqspec.core.jsonfile import read_json
 
 spade_app = typer.Typer(help="SPADE (seed 001): layer importance, pruning and distillation of the talker.",
                         no_args_is_help=True)
@@ -48,12 +49,11 @@ def _keep(keep: Optional[str], criterion: Optional[str], importance: Optional[Pa
             raise typer.BadParameter(f"--keep must be comma-separated layer indices, got {keep!r}")
     if not criterion or not importance:
         raise typer.BadParameter("give --keep 0,3 or --criterion wli|cosine with --importance FILE")
-    if not importance.is_file():
-        raise typer.BadParameter(f"{importance}: no such importance JSON (run `rvqspec spade importance`)")
-    imp = json.loads(importance.read_text())
+    imp = read_json(importance, ValueError, "no such importance JSON (run `rvqspec spade importance`)")
     for key in ("wli", "cosine"):
-        if key not in imp:
-            raise typer.BadParameter(f"{importance}: key {key!r} is missing (keys: {sorted(imp)})")
+        if not isinstance(imp, dict) or key not in imp:
+            raise typer.BadParameter(f"{importance}: key {key!r} is missing (keys: "
+                                     f"{sorted(imp) if isinstance(imp, dict) else type(imp).__name__})")
     return select_by(criterion, imp, depth or default_depth(num_layers)), criterion
 
 
@@ -73,6 +73,8 @@ def importance_cmd(
     out: Path = opt.out(RUNS / "importance.json", "JSON output."),
     html: Optional[Path] = typer.Option(RUNS / "importance.html", help="plotly HTML of both criteria"),
     threads: int = opt.threads(),
+    temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+    greedy: bool = opt.greedy(),
     as_json: bool = opt.as_json(),
 ) -> None:
     """WLI (skip each layer, WER/CER increase) and cosine importance per talker layer."""
@@ -85,12 +87,14 @@ def importance_cmd(
     from rvqspec.spade.evaluate import write_json
     from rvqspec.spade.importance import ImportanceConfig, importance_figure, layer_importance
 
+    sampling = opt.sampling(temperature, top_k, top_p, greedy)
     torch.set_num_threads(threads)
     d = _data(data)
     cfg = dataclasses.replace(ImportanceConfig(), **_overrides(
         wli_texts=texts, wli_seeds=tuple(range(seeds)) if seeds else None))
     tts = MiniTTS.load(d, model_dir=model_dir)
-    res = layer_importance(tts, corpus or d / "corpus", load_recognizer(recognizer or d / "recognizer"), cfg, depth)
+    res = layer_importance(tts, corpus or d / "corpus", load_recognizer(recognizer or d / "recognizer"), cfg, depth,
+                           sampling=sampling)
     res["model_dir"] = str(model_dir or d / "model")
     res["config"] = dataclasses.asdict(cfg)
     write_json(res, out)
@@ -192,6 +196,8 @@ def evaluate_cmd(
     out: Path = opt.out(RUNS / "results.json", "Results JSON."),
     md: Optional[Path] = typer.Option(None, help="markdown table (default OUT with .md)"),
     html: Optional[Path] = typer.Option(None, help="plotly HTML (default OUT with .html)"),
+    temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+    greedy: bool = opt.greedy(),
     as_json: bool = opt.as_json(),
 ) -> None:
     """WER/CER, parameters, RTF, per-frame latency and memory of each model (AR and speculative)."""
@@ -201,6 +207,7 @@ def evaluate_cmd(
 
     from rvqspec.spade.evaluate import EvalConfig, evaluate_models, markdown_table, results_figure, write_json
 
+    sampling = opt.sampling(temperature, top_k, top_p, greedy)
     torch.set_num_threads(threads)
     d = _data(data)
     models = {}
@@ -212,7 +219,7 @@ def evaluate_cmd(
     cfg = dataclasses.replace(EvalConfig(), **_overrides(texts=texts, split=split, timing_texts=timing_texts,
                                                           seeds=tuple(range(seeds)) if seeds else None))
     res = evaluate_models(models, corpus or d / "corpus", recognizer or d / "recognizer", cfg, spec or (),
-                          drafter, tree, d, cache_dir=cache)
+                          drafter, tree, d, cache_dir=cache, sampling=sampling)
     write_json(res, out)
     table = markdown_table(res["rows"])
     (md or out.with_suffix(".md")).write_text(table)
@@ -249,12 +256,13 @@ def project_cmd(
         except ValueError:
             raise typer.BadParameter(f"--tokens-per-call must be LABEL=FLOAT, got {item!r}")
     if results:
-        rows = json.loads(results.read_text())["rows"]
+        data = read_json(results, ValueError, "no such `spade evaluate` results JSON")
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise typer.BadParameter(f"{results}: not a `spade evaluate` result (needs a 'rows' list)")
+        rows = data["rows"]
         tpc.update({r["model"]: float(r["tokens_per_call"]) for r in rows if r.get("inner") == "speculative"})
     if timings:
-        if not timings.is_file():
-            raise typer.BadParameter(f"{timings}: no such projection JSON")
-        res = project_variants(json.loads(timings.read_text()), tpc)
+        res = project_variants(read_json(timings, ValueError, "no such projection JSON"), tpc)
     else:
         L = TalkerConfig.from_name(preset).num_hidden_layers
         res = project_full_size(preset, keep_layers or default_depth(L), context, tree_nodes, tpc, reps, threads)

@@ -17,7 +17,7 @@ import typer
 from rvqspec.commands import options as opt
 from rvqspec.commands.bench import bench_app
 from rvqspec.core.defaults import K
-from rvqspec.core.jsonfile import write_json_atomic
+from rvqspec.core.jsonfile import read_json, write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,20 @@ def _frames_fn(spec: Optional[str]):
         raise typer.BadParameter(f"--frames-fn {spec!r}: {e}") from e
 
 
+def _check_acceptance(acc, source: Path, drafter_name: str) -> None:
+    """A `bench acceptance` result with an entry for `drafter_name`, or an error naming what is missing."""
+    if not isinstance(acc, dict) or not isinstance(acc.get("drafters"), dict):
+        raise ValueError(f"{source}: not a `bench acceptance` result (needs a 'drafters' object)")
+    if drafter_name not in acc["drafters"]:
+        raise ValueError(f"{source}: no drafter {drafter_name!r} under 'drafters' (has {sorted(acc['drafters'])}); "
+                         f"pick one with --acceptance-drafter")
+
+
 def _tree_from_acceptance(acc: dict, source: Path, drafter_name: str, budget: int):
     """The budget-N tree of one drafter in a `bench acceptance` result (keys are str after JSON)."""
     from rvqspec.core.tree import SparseTree
 
+    _check_acceptance(acc, source, drafter_name)
     entry = acc.get("drafters", {}).get(drafter_name)
     if entry is None or str(budget) not in entry["trees"]:
         raise typer.BadParameter(f"{source}: no tree for drafter {drafter_name!r} at N={budget}")
@@ -98,6 +108,8 @@ def register(app: typer.Typer) -> None:
         from rvqspec.measure.extract import extract
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
+        if source not in ("teacher_forced", "free_running"):  # checked before the progress bar starts
+            raise typer.BadParameter(f"--source must be teacher_forced or free_running, got {source!r}")
         cp = _load_cp(model_dir)
         utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=max_utterances)
         path = extract(cp, utts, out, source=source, sampling=sampling, generator=torch.Generator().manual_seed(seed),
@@ -166,7 +178,8 @@ def register(app: typer.Typer) -> None:
         from rvqspec.core.tree import SparseTree
         from rvqspec.measure.acceptance import AcceptanceTable
 
-        table = AcceptanceTable.from_json(json.loads(acceptance.read_text()), where=str(acceptance))
+        table = AcceptanceTable.from_json(read_json(acceptance, ValueError, "no such acceptance table "
+                                                    "(run `rvqspec spec calibrate`)"), where=str(acceptance))
         tree = SparseTree.grow(table.acc, budget, max_depth=max_depth)
         tree.save(out)
         typer.echo(json.dumps({"out": str(out), "N": len(tree), "expected_length": tree.expected_length(table.acc)}))
@@ -244,7 +257,8 @@ def register(app: typer.Typer) -> None:
         )
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
-        acc = json.loads(acceptance_json.read_text())
+        acc = read_json(acceptance_json, ValueError, "no such `bench acceptance` JSON")
+        _check_acceptance(acc, acceptance_json, drafter_name)
         tpc = tokens_per_call_from_acceptance(acc, drafter_name)
         result: dict = {"acceptance_json": str(acceptance_json), "drafter": drafter_name}
         if model_dir is not None:
@@ -306,7 +320,8 @@ def register(app: typer.Typer) -> None:
         if tree is not None:
             t = SparseTree.load(tree)
         elif acceptance_json is not None:
-            t = _tree_from_acceptance(json.loads(acceptance_json.read_text()), acceptance_json, drafter_name, budget)
+            t = _tree_from_acceptance(read_json(acceptance_json, ValueError, "no such `bench acceptance` JSON"),
+                                      acceptance_json, drafter_name, budget)
         else:
             raise typer.BadParameter("give --tree or --acceptance")
         pool = frames_for_timing(_frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language,

@@ -46,6 +46,9 @@ def register(app: typer.Typer) -> None:
         from rvqspec.mini.pipeline import MiniTTS
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
+        opt.check_lang(lang)
+        if not text.strip():
+            raise typer.BadParameter("TEXT is empty: nothing to synthesize")
         torch.set_num_threads(threads)
         tts = MiniTTS.load(data, model_dir=model)
         syn = tts.synthesize(text, lang, seed=seed, sampling=sampling,
@@ -81,6 +84,7 @@ def register(app: typer.Typer) -> None:
         from rvqspec.mini.pipeline import MiniTTS, default_data_dir, intelligibility
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
+        opt.check_lang(lang)
         if not texts.is_file():
             raise typer.BadParameter(f"{texts}: no such file")
         lines = [ln.strip() for ln in texts.read_text(encoding="utf-8").splitlines() if ln.strip()]

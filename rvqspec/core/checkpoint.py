@@ -84,6 +84,10 @@ def weight_map(path: str | os.PathLike) -> dict[str, Path]:
         except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
             raise CheckpointError(f"{index}: not a safetensors shard index with a 'weight_map' ({exc})") from exc
         out = {k: d / v for k, v in wm.items()}
+        root = d.resolve()
+        for k, f in out.items():  # an index must not make the loader read files outside the checkpoint
+            if not f.resolve().is_relative_to(root):
+                raise CheckpointError(f"{index}: weight_map[{k!r}] = {wm[k]!r} points outside {d}")
         for f in sorted(set(out.values())):
             if not f.is_file():
                 raise CheckpointError(f"{f}: shard named in {index} is missing")

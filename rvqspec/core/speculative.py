@@ -33,8 +33,13 @@ import torch.nn.functional as F
 from rvqspec.core.drafters import Drafter
 from rvqspec.core.model import decoder_stack, rms_norm
 from rvqspec.core.sampling import Sampling, probs
-from rvqspec.core.tree import SparseTree
+from rvqspec.core.tree import SparseTree, TreeError
 from rvqspec.core.verify import draw, race, verify_walk
+
+
+class NonFiniteHiddenError(ValueError):
+    """The talker hidden state handed to the speculative decoder holds NaN or inf."""
+
 
 NEG_INF = float("-inf")
 
@@ -103,6 +108,11 @@ class SpeculativeCodePredictor:
         if _control is not None and rule != "walk":
             raise ValueError("_control needs rule='walk'")
         self.buffers = tree.buffers()
+        vocab = code_predictor.config.vocab_size
+        if self.buffers.max_rank > vocab:  # a rank r drafts the (r+1)-th most likely of V codes
+            bad = max(tree.paths, key=lambda p: max(p))
+            raise TreeError(f"tree path {list(bad)} has rank {max(bad)} but the code predictor has only "
+                            f"{vocab} codes (ranks 0..{vocab - 1})")
         self.num_codes = code_predictor.config.num_code_groups - 1  # 15
         c = code_predictor.config
         self._dims = (c.num_key_value_heads, c.num_attention_heads // c.num_key_value_heads, c.head_dim, c.rms_norm_eps)
@@ -242,6 +252,10 @@ class SpeculativeCodePredictor:
         B = talker_hidden.shape[0]
         if c0.shape != (B, 1):
             raise ValueError(f"c0 must be (B, 1) = ({B}, 1), got {tuple(c0.shape)}")
+        if not torch.isfinite(talker_hidden).all():  # NaN logits would otherwise decode as all-zero codes
+            rows = (~torch.isfinite(talker_hidden)).flatten(1).any(1).nonzero().flatten().tolist()  # (bad rows,)
+            raise NonFiniteHiddenError(f"talker_hidden (B, 1, E) = {tuple(talker_hidden.shape)} has NaN or inf "
+                                       f"values in rows {rows}")
         if B == 1:
             return self._frame(talker_hidden, c0, sampling, generator, callback)
         outs, stats = [], SpecStats()

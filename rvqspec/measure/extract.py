@@ -17,7 +17,6 @@ shards one at a time (never all in memory) in a generator-driven order.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -25,7 +24,7 @@ from typing import Iterable, Iterator
 import torch
 
 from rvqspec.core.defaults import K
-from rvqspec.core.jsonfile import read_json
+from rvqspec.core.jsonfile import atomic_path, read_json, write_json_atomic
 from rvqspec.core.sampling import Sampling
 
 MANIFEST = "manifest.json"
@@ -114,8 +113,9 @@ def extract(code_predictor, utterances: Iterable[tuple[torch.Tensor, torch.Tenso
         if not n_buf:
             return
         name = f"shard_{len(shards):05d}.safetensors"
-        save_file({"hidden": torch.cat(buf_h).to(dtype).contiguous(), "codes": torch.cat(buf_c).contiguous()},
-                  str(out / name))
+        with atomic_path(out / name) as tmp:
+            save_file({"hidden": torch.cat(buf_h).to(dtype).contiguous(), "codes": torch.cat(buf_c).contiguous()},
+                      str(tmp))
         shards.append({"file": name, "frames": n_buf})
         buf_h, buf_c, n_buf = [], [], 0
 
@@ -144,9 +144,8 @@ def extract(code_predictor, utterances: Iterable[tuple[torch.Tensor, torch.Tenso
     }
     if extra:
         manifest["extra"] = extra
-    path = out / MANIFEST
-    path.write_text(json.dumps(manifest, indent=1))
-    return path
+    # the manifest is written last and whole: a folder without one is an unfinished extraction
+    return write_json_atomic(out / MANIFEST, manifest, indent=1)
 
 
 def read_manifest(shard_dir: str | Path, code_predictor=None) -> dict:

@@ -274,7 +274,7 @@ def _as_drafter(drafter, ours, verify_hash: bool):
     if drafter is None:  # seed 000 Table 2 (i): reused LM heads, zero offsets
         d = PositionOffsets.zeros(3, c.hidden_size, c.vocab_size)
     elif isinstance(drafter, (str, Path)):
-        d = load_drafter(drafter, ours if verify_hash else None)
+        d = load_drafter(drafter, ours, check_hash=verify_hash)  # shapes are checked either way
     elif isinstance(drafter, Drafter):
         d = drafter
     else:

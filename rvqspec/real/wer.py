@@ -109,13 +109,14 @@ class MiniSynthesizer:
     same weights. The official `generate` cannot run this checkpoint (8 codec control tokens instead
     of 1024, a phoneme text vocabulary), hence a separate synthesizer; seeds and scoring are shared."""
 
-    def __init__(self, model_dir, codec_dir, drafter=None, tree=None, cfg: EvalConfig = EvalConfig()):
+    def __init__(self, model_dir, codec_dir, drafter=None, tree=None, cfg: EvalConfig = EvalConfig(),
+                 verify_hash: bool = True):
         from rvqspec.mini.pipeline import MiniTTS
         from rvqspec.real.official_pipeline import _as_drafter, _as_tree
         from rvqspec.core.speculative import SpeculativeCodePredictor
 
         self.tts = MiniTTS.load(model_dir=model_dir, codec_dir=codec_dir)
-        d = _as_drafter(drafter, self.tts.code_predictor, verify_hash=True)
+        d = _as_drafter(drafter, self.tts.code_predictor, verify_hash=verify_hash)
         self.spec = SpeculativeCodePredictor(self.tts.code_predictor, d, _as_tree(tree, d.num_offsets))
         self.cfg = cfg
 

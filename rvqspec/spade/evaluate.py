@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 
 from rvqspec.core.defaults import K
+from rvqspec.core.sampling import Sampling
 
 FRAME_RATE = 12.5  # Hz: Qwen3-TTS-Tokenizer-12Hz (and the mini codec) emit 12.5 frames per second
 
@@ -115,15 +116,16 @@ def static_memory_bytes(talker, code_predictor, frames: int, dtype_bytes: int = 
 # the mini world
 # ---------------------------------------------------------------------------------------------
 def evaluate_variant(tts, texts: Sequence[str], recognizer, seeds: Sequence[int] = (0, 1), language: str = "en",
-                     inner=None, name: str = "", progress: bool = True) -> dict:
+                     inner=None, name: str = "", progress: bool = True, sampling: Sampling = Sampling()) -> dict:
     """WER/CER, RTF, per-frame latency split, parameters and memory of one pipeline variant."""
     from rvqspec.mini.pipeline import intelligibility
 
     timed = TimedInner(inner if inner is not None else tts.code_predictor)
-    tts.synthesize(texts[0], language, seed=12345, inner=timed, decode=False)  # warm-up (not counted)
+    tts.synthesize(texts[0], language, seed=12345, sampling=sampling, inner=timed, decode=False)  # warm-up
     timed.seconds, timed.frames = 0.0, 0
     with RssPeak() as mem:
-        r = intelligibility(tts, texts, language, recognizer, seeds=seeds, inner=timed, progress=progress)
+        r = intelligibility(tts, texts, language, recognizer, seeds=seeds, sampling=sampling, inner=timed,
+                            progress=progress)
     frames = sum(c["frames"] for c in r["clips"])
     synth = sum(c["seconds"] for c in r["clips"])
     audio = frames / FRAME_RATE
@@ -180,7 +182,7 @@ def fingerprint(path: str | Path | None) -> str | None:
 
 
 def timing_benchmark(pipelines: dict, texts: Sequence[str], language: str = "en", reps: int = 3, seed: int = 0,
-                     progress: bool = True) -> dict:
+                     progress: bool = True, sampling: Sampling = Sampling()) -> dict:
     """Per-frame latency of several pipelines {name: (tts, inner or None)}, interleaved: every
     repetition runs each text through every pipeline in turn, so load from other processes on a
     shared CPU hits all variants alike; the minimum over repetitions is the uncontended estimate.
@@ -188,14 +190,15 @@ def timing_benchmark(pipelines: dict, texts: Sequence[str], language: str = "en"
     from tqdm.auto import tqdm
 
     for name, (tts, inner) in pipelines.items():  # warm-up
-        tts.synthesize(texts[0], language, seed=seed, inner=TimedInner(inner or tts.code_predictor), decode=False)
+        tts.synthesize(texts[0], language, seed=seed, sampling=sampling, inner=TimedInner(inner or tts.code_predictor),
+                       decode=False)
     bar = tqdm(total=reps * len(texts) * len(pipelines), desc="latency (interleaved)", disable=not progress)
     per_text: dict[str, list[list[tuple[float, float, int]]]] = {n: [[] for _ in texts] for n in pipelines}
     for _ in range(reps):
         for i, text in enumerate(texts):
             for name, (tts, inner) in pipelines.items():
                 timed = TimedInner(inner or tts.code_predictor)
-                syn = tts.synthesize(text, language, seed=seed, inner=timed, decode=False)
+                syn = tts.synthesize(text, language, seed=seed, sampling=sampling, inner=timed, decode=False)
                 per_text[name][i].append((syn.seconds, timed.seconds, syn.stats.frames))
                 bar.update()
     bar.close()
@@ -214,7 +217,8 @@ def timing_benchmark(pipelines: dict, texts: Sequence[str], language: str = "en"
 def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recognizer_dir: str | Path | None,
                     config: EvalConfig = EvalConfig(), spec: Sequence[str] = (), drafter: str | Path | None = None,
                     tree: str | Path | None = None, data_dir: str | Path | None = None,
-                    progress: bool = True, cache_dir: str | Path | None = None) -> dict:
+                    progress: bool = True, cache_dir: str | Path | None = None,
+                    sampling: Sampling = Sampling()) -> dict:
     """Evaluate each named model directory with the AR code predictor, and those named in `spec`
     also with the speculative one: WER/CER (all texts x seeds), then latency/RTF from an
     interleaved timing benchmark (`timing_benchmark`) on the first `config.timing_texts` texts.
@@ -246,14 +250,15 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
         key = dict(label=label, talker=model_hash(tts.talker), code_predictor=model_hash(tts.code_predictor),
                    recognizer=rec_id,
                    inner=inner_desc if meta[label]["inner"] == "speculative" else "AR",
-                   config={k: v for k, v in asdict(config).items() if not k.startswith("timing_")}, texts=texts)
+                   config={k: v for k, v in asdict(config).items() if not k.startswith("timing_")}, texts=texts,
+                   sampling=asdict(sampling))
         f = Path(cache_dir) / (label.replace(" / ", "__").replace("/", "_") + ".json") if cache_dir else None
         cached = json.loads(f.read_text()) if f is not None and f.exists() else None
         if cached is not None and cached.get("key") == json.loads(json.dumps(key)):
             row = cached["row"]
         else:
             row = evaluate_variant(tts, texts, rec, config.seeds, config.language, inner=inner, name=label,
-                                   progress=progress)
+                                   progress=progress, sampling=sampling)
             for k in ("rtf", "ms_per_frame", "inner_ms_per_frame", "talker_ms_per_frame"):
                 row[f"{k}_wer_pass"] = row.pop(k)
             if f is not None:
@@ -262,7 +267,7 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
     timing = {}
     if config.timing_texts > 0:
         timing = timing_benchmark(pipelines, texts[:config.timing_texts], config.language, config.timing_reps,
-                                  progress=progress)
+                                  progress=progress, sampling=sampling)
     for row in rows:
         t = timing.get(row["name"])
         if t is None:  # no benchmark: the WER pass's own timings
@@ -271,7 +276,8 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
             continue
         row.update(rtf=t["rtf"], ms_per_frame=t["ms_per_frame"], inner_ms_per_frame=t["inner_ms_per_frame"],
                    talker_ms_per_frame=t["talker_ms_per_frame"], ms_per_frame_median=t["ms_per_frame_median"])
-    return dict(config=asdict(config), texts=len(texts), speculative=inner_desc, timing=timing, rows=rows,
+    return dict(config=asdict(config), sampling=asdict(sampling), texts=len(texts), speculative=inner_desc,
+                timing=timing, rows=rows,
                 recognizer=dict(path=str(recognizer_dir or DEFAULT_RECOGNIZER), fingerprint=rec_id))
 
 
@@ -322,7 +328,6 @@ def project_full_size(preset: str = "0.6b", keep_layers: int = 14, context: int 
 
     from rvqspec.core.config import CodePredictorConfig, TalkerConfig
     from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
-    from rvqspec.core.sampling import Sampling
 
     torch.set_num_threads(threads)
     full = talker_config or TalkerConfig.from_name(preset)  # (configs given: tests on tiny sizes)

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.core.sampling import Sampling
 from rvqspec.spade.prune import prune_talker, select_layers
 
 
@@ -98,7 +99,7 @@ def with_talker(tts, talker: CodeDecoder, code_predictor: MultiCodeDecoder | Non
 
 
 def wli(tts, texts: Sequence[str], recognizer, seeds: Sequence[int] = (0, 1), language: str = "en",
-        progress: bool = True) -> dict:
+        progress: bool = True, sampling: Sampling = Sampling()) -> dict:
     """WER-based layer importance (seed 001): WER/CER increase when each talker layer is removed.
 
     Returns dict(baseline={wer, cer}, layers=[{layer, wer, cer, d_wer, d_cer}], scores=[d_wer...])."""
@@ -108,11 +109,12 @@ def wli(tts, texts: Sequence[str], recognizer, seeds: Sequence[int] = (0, 1), la
 
     talker = tts.talker
     L = talker.config.num_hidden_layers
-    base = intelligibility(tts, texts, language, recognizer, seeds=seeds, progress=False)
+    base = intelligibility(tts, texts, language, recognizer, seeds=seeds, sampling=sampling, progress=False)
     rows = []
     for i in tqdm(range(L), desc="WLI: skip each layer", disable=not progress):
         pruned = prune_talker(talker, [j for j in range(L) if j != i])
-        r = intelligibility(with_talker(tts, pruned), texts, language, recognizer, seeds=seeds, progress=False)
+        r = intelligibility(with_talker(tts, pruned), texts, language, recognizer, seeds=seeds, sampling=sampling,
+                            progress=False)
         rows.append(dict(layer=i, wer=r["wer"], cer=r["cer"], d_wer=r["wer"] - base["wer"],
                          d_cer=r["cer"] - base["cer"]))
     return dict(criterion="wli", language=language, texts=len(texts), seeds=list(seeds),
@@ -135,12 +137,13 @@ def select_by(criterion: str, importance: dict, depth: int) -> list[int]:
 
 
 def layer_importance(tts, corpus_dir: str | Path, recognizer, config: ImportanceConfig = ImportanceConfig(),
-                     depth: int | None = None, progress: bool = True) -> dict:
-    """Both criteria on one model and the layers each keeps at `depth` (default: half)."""
+                     depth: int | None = None, progress: bool = True, sampling: Sampling = Sampling()) -> dict:
+    """Both criteria on one model and the layers each keeps at `depth` (default: half); WLI draws
+    its syntheses with `sampling`."""
     from rvqspec.spade.prune import default_depth
 
     texts = heldout_texts(corpus_dir, config.wli_split, config.language, config.wli_texts)
-    out = dict(wli=wli(tts, texts, recognizer, config.wli_seeds, config.language, progress),
+    out = dict(wli=wli(tts, texts, recognizer, config.wli_seeds, config.language, progress, sampling),
                cosine=cosine_importance_corpus(tts.talker, tts.code_predictor, corpus_dir, config))
     depth = depth or default_depth(tts.talker.config.num_hidden_layers)
     out["depth"] = depth
