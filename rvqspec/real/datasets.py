@@ -47,6 +47,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -179,11 +180,11 @@ def _hf_table(spec: DatasetSpec, layout: str):
     if layout == "hf_disk":
         ds = datasets.load_from_disk(str(d))
     else:
-        files = sorted(str(p) for p in d.rglob("*.parquet"))
-        builder = "parquet"
+        files, builder = sorted(d.rglob("*.parquet")), "parquet"
         if not files:
-            files, builder = sorted(str(p) for p in d.rglob("*.arrow")), "arrow"
-        ds = datasets.load_dataset(builder, data_files={"data": files}, split="data")
+            files, builder = sorted(d.rglob("*.arrow")), "arrow"
+        files = _split_files(d, files, spec.split)
+        ds = datasets.load_dataset(builder, data_files={"data": [str(f) for f in files]}, split="data")
     if isinstance(ds, datasets.DatasetDict):
         splits = sorted(ds)
         if spec.split is None:
@@ -198,6 +199,36 @@ def _hf_table(spec: DatasetSpec, layout: str):
         raise DatasetError(f"{d}: no 'audio' column (columns: {ds.column_names})")
     ds = ds.cast_column("audio", datasets.Audio(decode=False))
     return ds
+
+
+_SHARD_NAME = re.compile(r"^(?P<split>.+?)-\d{5}-of-\d{5}$")  # the hub's "<split>-00000-of-00001"
+
+
+def split_of(root: Path, file: Path) -> str | None:
+    """The split a hub parquet file belongs to: `<split>-00000-of-00003.parquet` (the hub's own
+    names, e.g. LibriSpeech `test.clean-...`) or `<split>/0000.parquet` (the refs/convert/parquet
+    layout, e.g. Fleurs `en_us/test/0000.parquet`); None when the name says nothing."""
+    m = _SHARD_NAME.match(file.stem)
+    if m:
+        return m.group("split")
+    if file.stem.isdigit() and file.parent != root:
+        return file.parent.name
+    return None
+
+
+def _split_files(root: Path, files: list[Path], split: str | None) -> list[Path]:
+    """The files of `split` (all files when no split is asked and the names show at most one)."""
+    splits = {f: split_of(root, f) for f in files}
+    named = sorted({v for v in splits.values() if v is not None})
+    if split is None:
+        if len(named) > 1:
+            raise DatasetError(f"{root}: holds splits {named}; choose one with split= (--split)")
+        return files
+    chosen = [f for f in files if splits[f] == split]
+    if not chosen:
+        raise DatasetError(f"{root}: no split {split!r} among its parquet files (splits: {named or 'none named'}; "
+                           f"files are named <split>-00000-of-00001.parquet or <split>/0000.parquet)")
+    return chosen
 
 
 def _pick(row: dict, names: Sequence[str], chosen: str | None, where: str, what: str) -> tuple[str, Any]:
