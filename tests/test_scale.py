@@ -221,3 +221,60 @@ def test_shards_are_balanced_and_the_drop_is_stated() -> None:
     with pytest.raises(ScaleError, match="--effective-batch 36 is not a multiple of the 8 processes"):
         per_process_batch(36, 32, 8)
     assert per_process_batch(32, 7, 8) == 4 and per_process_batch(None, 7, 8) == 7
+
+
+def invoke(args: list[str]):
+    from typer.testing import CliRunner
+
+    from rvqspec.cli import app
+
+    return CliRunner().invoke(app, args)
+
+
+def test_resume_refuses_a_changed_unit_size(world) -> None:
+    """Unit u of another --unit-items holds other items: resuming into the same folder used to skip
+    'finished' units and duplicate frames (243 -> 336). Now: exit 2, one line naming the key."""
+    root, model_dir, data = world
+    out = root / "resume"
+    in_process(extract_args(model_dir, data, out))
+    frames = json.loads((out / "manifest.json").read_text())["frames"]
+    args = extract_args(model_dir, data, out)
+    args[args.index("--unit-items") + 1] = "3"
+    r = invoke(args)
+    assert r.exit_code == 2, r.output
+    line = r.output.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "units.json" in line and "unit_items=2" in line and "unit_items=3" in line
+    assert json.loads((out / "manifest.json").read_text())["frames"] == frames  # untouched
+    args = extract_args(model_dir, data, out) + ["--limit", "4"]  # fewer items: other units too
+    r = invoke(args)
+    assert r.exit_code == 2 and "items=6" in r.output and "items=4" in r.output
+    in_process(extract_args(model_dir, data, out))  # the same command resumes (nothing to do)
+    assert json.loads((out / "manifest.json").read_text())["frames"] == frames
+
+
+def test_extraction_runs_on_the_chosen_device_and_dtype(world) -> None:
+    """--device/--dtype place the official model (it was always CPU float32). bf16 here on the CPU:
+    the shards record it, differ from float32 by bf16 rounding only, and keep the float32 model
+    hash that train-offsets and calibration check against."""
+    from rvqspec.real.distributed import placement
+
+    root, model_dir, data = world
+    f32, b16 = root / "dev_f32", root / "dev_b16"
+    in_process(extract_args(model_dir, data, f32) + ["--device", "cpu", "--dtype", "float32"])
+    in_process(extract_args(model_dir, data, b16) + ["--device", "cpu", "--dtype", "bfloat16"])
+    unit = json.loads((b16 / "unit_00000" / "manifest.json").read_text())
+    assert unit["extra"]["dtype"] == "bfloat16" and unit["extra"]["device"] == "cpu"
+    assert json.loads((f32 / "unit_00000" / "manifest.json").read_text())["extra"]["dtype"] == "float32"
+    a, b = tensors(f32), tensors(b16)
+    ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (f32, b16))
+    assert ma["model_hash"] == mb["model_hash"]
+    assert torch.equal(a["codes"], b["codes"])  # teacher forcing: the dataset's codes
+    d = (a["hidden"] - b["hidden"]).abs()
+    assert d.max().item() > 0  # it really ran in bf16 (negative control against a silent float32)
+    assert d.mean().item() < 0.05 * a["hidden"].abs().mean().item()
+    assert placement(None, None) == (torch.device("cpu"), torch.float32) or torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        r = invoke(extract_args(model_dir, data, root / "dev_cuda") + ["--device", "cuda"])
+        assert r.exit_code == 2 and "--device cuda: torch.cuda.is_available() is False" in r.output
+    r = invoke(extract_args(model_dir, data, root / "dev_bad") + ["--dtype", "int8"])
+    assert r.exit_code == 2 and "--dtype 'int8' is not one of" in r.output

@@ -346,7 +346,7 @@ def iter_items(spec: DatasetSpec | str) -> Iterator[RealItem]:
 Encoder = Callable[[np.ndarray, int], torch.Tensor]
 
 
-def _official_tokenizer(path: str | os.PathLike, device: str = "cpu"):
+def _official_tokenizer(path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None):
     d = Path(path)
     if not (d / "config.json").is_file():
         raise DatasetError(f"{d}: no speech tokenizer here (expected config.json of the 12 Hz Qwen3-TTS "
@@ -357,7 +357,8 @@ def _official_tokenizer(path: str | os.PathLike, device: str = "cpu"):
     try:
         from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
 
-        return Qwen3TTSTokenizer.from_pretrained(str(d), device_map=device)
+        kw = {"dtype": dtype} if dtype is not None else {}
+        return Qwen3TTSTokenizer.from_pretrained(str(d), device_map=str(device), **kw)
     except Exception as exc:  # missing optional deps (librosa, ...) or a malformed directory
         raise DatasetError(f"{d}: could not load the official speech tokenizer ({type(exc).__name__}: {exc})") from exc
 
@@ -526,12 +527,13 @@ def utterances(items: Iterable[RealItem], encoder: Encoder, forcer: Callable[[st
             raise DatasetError(f"{where}: teacher forcing gave {hidden.shape[0]} hidden states for {codes.shape[0]} frames")
         if on_item is not None:
             on_item(item, codes.shape[0])
-        yield hidden.float(), codes
+        yield hidden, codes  # hidden in the model's dtype: the code predictor reads it next
 
 
 def extract_with(code_predictor, forcer, items: Iterable[RealItem], encoder: Encoder, out_dir: str | os.PathLike,
                  c0_vocab: int, source: str = "teacher_forced", config=None, progress: bool = False,
-                 extra: dict | None = None, sampling=None, generator: torch.Generator | None = None) -> Path:
+                 extra: dict | None = None, sampling=None, generator: torch.Generator | None = None,
+                 model_hash: str | None = None) -> Path:
     """Items -> hidden-state shards with any teacher forcer (`forcer.for_item(item, codes)` or
     `forcer(text, language, codes)` -> (T, E)); `code_predictor` is our MultiCodeDecoder."""
     from rvqspec.measure.extract import ExtractConfig, extract
@@ -548,14 +550,14 @@ def extract_with(code_predictor, forcer, items: Iterable[RealItem], encoder: Enc
     utts = utterances(items, encoder, forcer, int(cfg.num_code_groups), int(c0_vocab), int(cfg.vocab_size),
                       on_item=count)
     return extract(code_predictor, utts, out_dir, source=source, config=config or ExtractConfig(), progress=progress,
-                   sampling=sampling or Sampling(), generator=generator,
+                   sampling=sampling or Sampling(), generator=generator, model_hash=model_hash,
                    extra={**(extra or {}), "dataset_stats": stats})
 
 
 def extract_items(official_model, items: Iterable[RealItem], encoder: Encoder, text_ids: Callable[[str], torch.Tensor],
                   out_dir: str | os.PathLike, prompt: PromptConfig = PromptConfig(), source: str = "teacher_forced",
                   config=None, progress: bool = False, extra: dict | None = None, sampling=None,
-                  generator: torch.Generator | None = None) -> Path:
+                  generator: torch.Generator | None = None, model_hash: str | None = None) -> Path:
     """Real items -> hidden-state shards in out_dir (rvqspec.measure.extract format) for an official model;
     returns the manifest path. h_1..h_15 come from our MultiCodeDecoder sharing the official tensors."""
     from rvqspec.real.official_pipeline import shared_code_predictor
@@ -565,7 +567,7 @@ def extract_items(official_model, items: Iterable[RealItem], encoder: Encoder, t
     forcer = OfficialTeacherForcer(official_model, text_ids, prompt)
     c0_vocab = int(official_model.config.talker_config.vocab_size) - 1024  # the official control-token band
     return extract_with(ours, forcer, items, encoder, out_dir, c0_vocab, source=source, config=config,
-                        progress=progress, extra=extra, sampling=sampling, generator=generator)
+                        progress=progress, extra=extra, sampling=sampling, generator=generator, model_hash=model_hash)
 
 
 # --------------------------------------------------------------------------------------------
@@ -656,9 +658,9 @@ def load_object(spec: str) -> Any:
     return getattr(mod, name)
 
 
-def official_codec(path: str | os.PathLike, device: str = "cpu") -> Codec:
+def official_codec(path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Codec:
     """The official 12 Hz speech tokenizer, both directions (decode gives 24 kHz audio)."""
-    tok = _official_tokenizer(path, device)
+    tok = _official_tokenizer(path, device, dtype)
     enc = official_speech_encoder(path, device, tokenizer=tok)
 
     def decode(codes: torch.Tensor) -> tuple[np.ndarray, int]:
@@ -685,14 +687,15 @@ def mini_codec(path: str | os.PathLike) -> Codec:
     return Codec(encode, decode, name=f"mini:{path}")
 
 
-def codec_from_spec(spec: str | None, model_dir: str | os.PathLike) -> Codec:
+def codec_from_spec(spec: str | None, model_dir: str | os.PathLike, device: str | torch.device = "cpu",
+                    dtype: torch.dtype | None = None) -> Codec:
     """'official:DIR' | 'mini:DIR' | 'FILE.py:NAME' (a Codec, or an object with encode/decode) |
-    None (= official:<model>/speech_tokenizer)."""
+    None (= official:<model>/speech_tokenizer). device/dtype: where the official tokenizer runs."""
     if spec is None:
-        return official_codec(Path(model_dir) / "speech_tokenizer")
+        return official_codec(Path(model_dir) / "speech_tokenizer", device, dtype)
     kind, sep, rest = spec.partition(":")
     if sep and kind == "official":
-        return official_codec(rest)
+        return official_codec(rest, device, dtype)
     if sep and kind == "mini":
         return mini_codec(rest)
     obj = load_object(spec)
