@@ -150,7 +150,7 @@ def test_cli_skip_and_errors():
     runner = CliRunner()
     if sys.platform != "darwin":
         res = runner.invoke(app, ["profile", "--backend", "coreml", "--dtype", "fp16", "--json"])
-        assert res.exit_code == 0 and json.loads(res.stdout.strip().splitlines()[-1])["skipped"]
+        assert res.exit_code == 3 and json.loads(res.stdout.strip().splitlines()[-1])["skipped"]
     res = runner.invoke(app, ["profile", "--backend", "onnx", "--dtype", "bf16"])
     assert res.exit_code == 2 and "fp32" in res.output
     res = runner.invoke(app, ["profile", "--model", "/nonexistent/ckpt", "--calls", "1", "--warmup", "0",
@@ -211,3 +211,38 @@ def test_load_bench_acceptance_output(tmp_path):
     assert load_acceptance(p, drafter="reused").curve == {4: 1.2}
     with pytest.raises(ProfileError, match="no drafter 'medusa'"):
         load_acceptance(p, drafter="medusa")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_cli_unavailable_backend_exits_nonzero(tmp_path):
+    """`profile --backend torch-cuda` without CUDA exited 0 and wrote nothing: the runbook's next
+    step then failed on a missing file. It exits 3 with one line and writes no --out."""
+    from rvqspec.cli import app
+
+    out = tmp_path / "profile.json"
+    res = CliRunner().invoke(app, ["profile", "--backend", "torch-cuda", "--dtype", "bf16", "--calls", "1",
+                                   "--warmup", "0", "--sizes", "1", "--out", str(out)])
+    assert res.exit_code == 3 and not out.exists()
+    assert res.output.strip().splitlines() == ["skipped: torch-cuda: torch.cuda.is_available() is False on this machine"]
+
+
+def test_grow_tree_and_profile_report_the_same_tokens_per_call(tmp_path):
+    """One name per quantity: grow-tree printed Medusa's expected_length as the runbook's 'expected
+    tokens per call' (2.087) where profile reports 15 / calls per frame (1.896) for the same table and
+    N. grow-tree now prints tokens_per_call, equal to profile's; expected_length stays larger."""
+    from rvqspec.cli import app
+    from rvqspec.core.tree import SparseTree
+    from rvqspec.measure.profile import load_acceptance
+
+    acc = np.array([[0.45, 0.12, 0.06, 0.03], [0.35, 0.1, 0.05, 0.02], [0.3, 0.08, 0.04, 0.02]])  # (K, R)
+    path = tmp_path / "acceptance.json"
+    path.write_text(json.dumps({"acc": acc.tolist(), "counts": (acc * 1000).round().tolist(),
+                                "totals": [1000, 1000, 1000]}))
+    res = CliRunner().invoke(app, ["spec", "grow-tree", "--acceptance", str(path), "--budget", "8",
+                                   "--out", str(tmp_path / "tree.json")])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout.strip().splitlines()[-1])
+    source = load_acceptance(path, 3)
+    tpc, kind = source.tokens_per_call(SparseTree.load(tmp_path / "tree.json"))
+    assert kind == "table" and printed["tokens_per_call"] == pytest.approx(tpc, abs=1e-12)
+    assert 1.0 < printed["tokens_per_call"] < printed["expected_length"]

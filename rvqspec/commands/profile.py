@@ -10,6 +10,7 @@ import typer
 from rvqspec.measure.profile import BACKENDS, DTYPES, ProfileConfig
 
 _P = ProfileConfig()  # the one place the profile defaults live
+UNAVAILABLE_EXIT = 3  # the backend does not exist on this machine (2 is bad input)
 
 
 def register(app: typer.Typer) -> None:
@@ -58,10 +59,11 @@ def register(app: typer.Typer) -> None:
                                     heads=heads)
                 result = profile(cfg, load_acceptance(acceptance, cfg.max_depth, acceptance_drafter))
         except BackendUnavailable as exc:
+            # not exit 0: a script or runbook step must not go on as if --out had been written
             typer.echo(f"skipped: {exc}", err=True)
             if as_json:
                 typer.echo(json.dumps({"backend": backend, "dtype": dtype, "skipped": str(exc)}))
-            return
+            raise typer.Exit(UNAVAILABLE_EXIT)
         except ValueError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2)
