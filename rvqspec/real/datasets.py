@@ -358,7 +358,11 @@ def _official_tokenizer(path: str | os.PathLike, device: str | torch.device = "c
         from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
 
         kw = {"dtype": dtype} if dtype is not None else {}
-        return Qwen3TTSTokenizer.from_pretrained(str(d), device_map=str(device), **kw)
+        if torch.device(device).type != "cpu":
+            # not for the CPU: under a torchrun-style launch without GPUs, transformers' device_map
+            # path asks for an accelerator and raises; weights load on the CPU by default anyway
+            kw["device_map"] = str(device)
+        return Qwen3TTSTokenizer.from_pretrained(str(d), **kw)
     except Exception as exc:  # missing optional deps (librosa, ...) or a malformed directory
         raise DatasetError(f"{d}: could not load the official speech tokenizer ({type(exc).__name__}: {exc})") from exc
 

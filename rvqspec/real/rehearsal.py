@@ -89,7 +89,17 @@ def speech_tokenizer(seed: int = 0):
                decoder_dim=16, sliding_window=8)
     cfg = Qwen3TTSTokenizerV2Config(encoder_config=enc, decoder_config=dec, encoder_valid_num_quantizers=16)
     torch.manual_seed(seed)
-    return Qwen3TTSTokenizerV2Model(cfg).eval()
+    model = Qwen3TTSTokenizerV2Model(cfg).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        # codebooks start as zero sums (k-means fills them in training), so every frame would get
+        # code 0 in every group; random centroids make the codes a function of the audio
+        for name, buf in list(model.named_buffers()) + list(model.named_parameters()):
+            if name.endswith(("embed_sum", "embedding_sum")):
+                buf.copy_(torch.randn(buf.shape, generator=g))  # (CODEBOOK, dim)
+            elif name.endswith("initialized"):
+                buf.fill_(1)
+    return model
 
 
 def official_config(text_vocab: int, ids: dict, model_type: str = "custom_voice"):
@@ -227,3 +237,21 @@ def write_tiny_corpora(out: str | os.PathLike, train: int = 24, calibration: int
             ds.to_parquet(str(o / "fleurs" / f"{iso}_xx" / split / "0000.parquet"))
         counts[iso] = n
     return {"voxpopuli_en": train, "librispeech": calibration, "fleurs": counts, "out": str(o)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m rvqspec.real.rehearsal DIR`: DIR/model (the checkpoint) and DIR/data (the corpora)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m rvqspec.real.rehearsal DIR", file=sys.stderr)
+        raise SystemExit(2)
+    torch.set_num_threads(1)
+    root = Path(args[0])
+    model = write_tiny_checkpoint(root / "model")
+    print(json.dumps({"model": str(model), "corpora": write_tiny_corpora(root / "data", eval_per_language=1)}))
+
+
+if __name__ == "__main__":
+    main()
