@@ -224,3 +224,18 @@ def test_parquet_split_is_honoured(tmp_path) -> None:
         count_items(str(conv))
     # one split only (names saying nothing, or one name): no split needed
     assert ids(tmp_path / "hub" / "data" / ".." / "data", "test.clean") == ["ls-0", "ls-1"]
+
+
+def test_folder_split_is_a_subfolder(tmp_path) -> None:
+    """An audio folder takes --split as its subfolder (audiofolder's train/, test/); it was ignored."""
+    for split, idx in (("train", [0, 1]), ("test", [2])):
+        (tmp_path / split).mkdir()
+        lines = ["file_name,text,language"]
+        for i in idx:
+            sf.write(tmp_path / split / f"u{i}.wav", audio(i), SR, subtype="FLOAT")
+            lines.append(f'u{i}.wav,"{TEXTS[i]}",en')
+        (tmp_path / split / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert [it.id for it in iter_items(DatasetSpec(str(tmp_path), split="train"))] == ["u0", "u1"]
+    assert [it.id for it in iter_items(DatasetSpec(str(tmp_path), split="test"))] == ["u2"]
+    with pytest.raises(DatasetError, match=r"no split folder 'validation'.*subfolders: \['test', 'train'\]"):
+        count_items(DatasetSpec(str(tmp_path), split="validation"))

@@ -312,6 +312,15 @@ def _as_spec(spec: DatasetSpec | str | os.PathLike) -> DatasetSpec:
 def _table(spec: DatasetSpec):
     """(layout, rows-or-dataset, length) without decoding any audio."""
     layout = detect_layout(spec.path)
+    if layout == "folder" and spec.split is not None:
+        # audiofolder convention: one subfolder per split (train/, test/, ...)
+        sub = Path(spec.path) / spec.split
+        if not sub.is_dir():
+            names = sorted(q.name for q in Path(spec.path).iterdir() if q.is_dir())
+            raise DatasetError(f"{spec.path}: no split folder {spec.split!r} (audio folders hold one subfolder per "
+                               f"split; subfolders: {names})")
+        spec = DatasetSpec(str(sub), split=None, language=spec.language, text_column=spec.text_column,
+                           limit=spec.limit)
     t = _folder_rows(Path(spec.path)) if layout == "folder" else _hf_table(spec, layout)
     n = len(t) if spec.limit is None else min(len(t), spec.limit)
     return layout, t, n
