@@ -234,10 +234,11 @@ def test_grow_tree_and_profile_report_the_same_tokens_per_call(tmp_path):
     from rvqspec.core.tree import SparseTree
     from rvqspec.measure.profile import load_acceptance
 
-    acc = np.array([[0.45, 0.12, 0.06, 0.03], [0.35, 0.1, 0.05, 0.02], [0.3, 0.08, 0.04, 0.02]])  # (K, R)
+    counts = np.array([[4513, 1207, 611, 297], [3491, 1003, 497, 203], [2999, 811, 397, 199]])  # (K, R)
+    totals = np.array([10007, 9973, 9967])  # not round: 'acc' (rounded to 6 places) differs from counts / totals
     path = tmp_path / "acceptance.json"
-    path.write_text(json.dumps({"acc": acc.tolist(), "counts": (acc * 1000).round().tolist(),
-                                "totals": [1000, 1000, 1000]}))
+    path.write_text(json.dumps({"acc": (counts / totals[:, None]).round(6).tolist(), "counts": counts.tolist(),
+                                "totals": totals.tolist()}))
     res = CliRunner().invoke(app, ["spec", "grow-tree", "--acceptance", str(path), "--budget", "8",
                                    "--out", str(tmp_path / "tree.json")])
     assert res.exit_code == 0, res.output
