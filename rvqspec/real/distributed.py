@@ -14,13 +14,16 @@ evaluation at that size want many workers. Three jobs scale here, all determinis
   never visible. `merge_extraction` then writes one `manifest.json` over all units' shards (in unit
   order, so the union equals a single-process run byte for byte) that `rvqspec.measure.extract.ShardDataset`
   and `train_drafter` read as usual.
-* **offset training** (`train_offsets_distributed`): process r reads shard files r, r + world, ...
+* **offset training** (`train_offsets_distributed`): process r reads its shard files (`rank_shards`:
+  balanced by full batches)
   (one in memory at a time) in an order seeded by (seed, epoch, r); at every step each process
   computes the loss of its next batch and the gradients are averaged across processes with HF
   accelerate's `Accelerator.reduce` (DDP's all-reduce, done explicitly: the offsets are 3,072
   numbers, and the drafter is not called through `forward`, which DDP's hooks need). All processes
   take the same number of steps. With equal batch sizes a step equals a single-process step on the
-  concatenation of the world's batches (tested).
+  concatenation of the world's batches (tested for every drafter kind). A parameter without a
+  gradient (Medusa's heads for p + j > 15) is reduced as zeros, so every process joins every
+  collective, as DDP's find_unused_parameters does.
 
 Single process (plain `python`, no launcher) is world = 1: the same code path. Launching: on GPUs
 `accelerate launch --multi_gpu --num_processes N -m rvqspec.cli real ...`; on CPUs the same
@@ -399,7 +402,7 @@ class DistTrainConfig:
 
 def rank_batches(shard_dir: str | os.PathLike, batch_size: int, seed: int, epoch: int, rank: int, world: int,
                  code_predictor=None):
-    """(stream, n_batches) of process `rank`: the shards rank, rank + world, ... of the extraction,
+    """(stream, n_batches) of process `rank`: its shards of the extraction (`rank_shards`),
     shuffled with a generator seeded by (seed, epoch, rank); full batches only. Memory holds one
     shard at a time, and each process reads only its own shards."""
     import copy
