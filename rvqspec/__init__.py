@@ -24,6 +24,7 @@ _EXPORTS = {
     "CompiledCodePredictor": "rvqspec.core.compiled",
     "CompileConfig": "rvqspec.core.compiled",
     "accelerate": "rvqspec.real.official_pipeline",
+    "Qwen3TTSModel": "rvqspec.real.official",  # qwen_tts.Qwen3TTSModel, importable without librosa
 }
 
 __all__ = sorted(_EXPORTS)

@@ -198,3 +198,44 @@ def test_items_to_shards(model, layouts, tmp_path) -> None:
     ref = teacher_forced_hidden(cp, forcer(it.text, it.language, c), c)
     assert torch.equal(codes[lo:lo + T[1]], c)
     assert (hidden[lo:lo + T[1]] - ref).abs().max().item() < 1e-6
+
+
+def test_parquet_split_is_honoured(tmp_path) -> None:
+    """--split picks the split's files in both hub parquet layouts; a missing split or an unchosen
+    one among several is a named error (it used to load every file whatever the split)."""
+    n = len(TEXTS)
+    libri = hf_dataset({"id": [f"ls-{i}" for i in range(n)], "text": TEXTS})
+    hub = tmp_path / "hub" / "data"  # the hub's <split>-00000-of-00001.parquet names (LibriSpeech)
+    hub.mkdir(parents=True)
+    libri.select([0, 1]).to_parquet(str(hub / "test.clean-00000-of-00001.parquet"))
+    libri.select([2]).to_parquet(str(hub / "train.clean.100-00000-of-00001.parquet"))
+    conv = tmp_path / "conv"  # refs/convert/parquet: <config>/<split>/0000.parquet (Fleurs)
+    for lang, split, rows in (("en_us", "train", [0]), ("en_us", "test", [1, 2]), ("de_de", "test", [0])):
+        (conv / lang / split).mkdir(parents=True)
+        libri.select(rows).to_parquet(str(conv / lang / split / "0000.parquet"))
+    ids = lambda path, split: [it.id for it in iter_items(DatasetSpec(str(path), split=split, language="en"))]
+    assert ids(tmp_path / "hub", "test.clean") == ["ls-0", "ls-1"]
+    assert ids(tmp_path / "hub", "train.clean.100") == ["ls-2"]
+    assert sorted(ids(conv, "test")) == ["ls-0", "ls-1", "ls-2"] and ids(conv, "train") == ["ls-0"]
+    assert count_items(DatasetSpec(str(conv), split="test")) == 3
+    with pytest.raises(DatasetError, match=r"no split 'test' among its parquet files \(splits: \['test.clean', "):
+        ids(tmp_path / "hub", "test")
+    with pytest.raises(DatasetError, match=r"conv: holds splits \['test', 'train'\]; choose one"):
+        count_items(str(conv))
+    # one split only (names saying nothing, or one name): no split needed
+    assert ids(tmp_path / "hub" / "data" / ".." / "data", "test.clean") == ["ls-0", "ls-1"]
+
+
+def test_folder_split_is_a_subfolder(tmp_path) -> None:
+    """An audio folder takes --split as its subfolder (audiofolder's train/, test/); it was ignored."""
+    for split, idx in (("train", [0, 1]), ("test", [2])):
+        (tmp_path / split).mkdir()
+        lines = ["file_name,text,language"]
+        for i in idx:
+            sf.write(tmp_path / split / f"u{i}.wav", audio(i), SR, subtype="FLOAT")
+            lines.append(f'u{i}.wav,"{TEXTS[i]}",en')
+        (tmp_path / split / "metadata.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert [it.id for it in iter_items(DatasetSpec(str(tmp_path), split="train"))] == ["u0", "u1"]
+    assert [it.id for it in iter_items(DatasetSpec(str(tmp_path), split="test"))] == ["u2"]
+    with pytest.raises(DatasetError, match=r"no split folder 'validation'.*subfolders: \['test', 'train'\]"):
+        count_items(DatasetSpec(str(tmp_path), split="validation"))

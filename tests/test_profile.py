@@ -212,3 +212,40 @@ def test_load_bench_acceptance_output(tmp_path):
     assert load_acceptance(p, drafter="reused").curve == {4: 1.2}
     with pytest.raises(ProfileError, match="no drafter 'medusa'"):
         load_acceptance(p, drafter="medusa")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_cli_unavailable_backend_exits_nonzero(tmp_path):
+    """`profile --backend torch-cuda` without CUDA exited 0 and wrote nothing: the runbook's next
+    step then failed on a missing file. It exits 2 with one error line and writes no --out."""
+    from rvqspec.cli import app
+
+    out = tmp_path / "profile.json"
+    res = CliRunner().invoke(app, ["profile", "--backend", "torch-cuda", "--dtype", "bf16", "--calls", "1",
+                                   "--warmup", "0", "--budget", "1", "--out", str(out)])
+    assert res.exit_code == 2 and not out.exists()
+    assert res.output.strip().splitlines() == ["error: backend torch-cuda is not available here: torch-cuda: "
+                                               "torch.cuda.is_available() is False on this machine"]
+
+
+def test_grow_tree_and_profile_report_the_same_tokens_per_call(tmp_path):
+    """One name per quantity: grow-tree printed Medusa's expected_length as the runbook's 'expected
+    tokens per call' (2.087) where profile reports 15 / calls per frame (1.896) for the same table and
+    N. grow-tree now prints tokens_per_call, equal to profile's; expected_length stays larger."""
+    from rvqspec.cli import app
+    from rvqspec.core.tree import SparseTree
+    from rvqspec.measure.profile import load_acceptance
+
+    counts = np.array([[4513, 1207, 611, 297], [3491, 1003, 497, 203], [2999, 811, 397, 199]])  # (K, R)
+    totals = np.array([10007, 9973, 9967])  # not round: 'acc' (rounded to 6 places) differs from counts / totals
+    path = tmp_path / "acceptance.json"
+    path.write_text(json.dumps({"acc": (counts / totals[:, None]).round(6).tolist(), "counts": counts.tolist(),
+                                "totals": totals.tolist()}))
+    res = CliRunner().invoke(app, ["spec", "grow-tree", "--acceptance", str(path), "--budget", "8",
+                                   "--out", str(tmp_path / "tree.json")])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout.strip().splitlines()[-1])
+    source = load_acceptance(path, 3)
+    tpc, kind = source.tokens_per_call(SparseTree.load(tmp_path / "tree.json"))
+    assert kind == "table" and printed["tokens_per_call"] == pytest.approx(tpc, abs=1e-12)
+    assert 1.0 < printed["tokens_per_call"] < printed["expected_length"]

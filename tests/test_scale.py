@@ -25,8 +25,9 @@ import soundfile as sf
 import torch
 
 from _tiny_official import LANGUAGE, SPEAKER, tiny_official
-from rvqspec.real.distributed import (ScaleConfig, ScaleError, Topology, my_units, num_units, rank_batches, run_units,
-                           unit_name)
+from rvqspec.core.drafters import KINDS
+from rvqspec.real.distributed import (ScaleConfig, ScaleError, Topology, my_units, num_units, per_process_batch,
+                                      rank_batches, rank_shards, run_units, unit_name)
 
 TESTS = Path(__file__).resolve().parent
 PLUGINS = TESTS / "_real_plugins.py"
@@ -115,7 +116,7 @@ def in_process(args: list[str]) -> None:
 def extract_args(model_dir, data, out):
     return ["real", "extract", "--model", str(model_dir), str(data), "--out-dir", str(out), "--lang", "en",
             "--speaker", SPEAKER, "--codec", f"{PLUGINS}:ToyCodec", "--text-tokenizer", f"{PLUGINS}:text_ids",
-            "--unit-items", "2", "--shard-frames", "4", "--dtype", "float32"]
+            "--unit-items", "2", "--shard-frames", "4", "--hidden-dtype", "float32"]
 
 
 def tensors(out: Path) -> dict[str, torch.Tensor]:
@@ -154,29 +155,34 @@ def test_two_process_extraction_equals_single_and_resumes(world) -> None:
     assert torch.equal(a["codes"], c["codes"]) and torch.equal(a["hidden"], c["hidden"])
 
 
-def test_two_process_training_all_reduces(world) -> None:
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_two_process_training_all_reduces(world, kind) -> None:
+    """Every Table 2 drafter trains under a two-process launch. Medusa's heads for p + j > 15 never
+    get a gradient (None): the reduction must still agree across processes (it crashed)."""
     from safetensors.torch import load_file
 
     from rvqspec.core.checkpoint import load_qwen3_tts
-    from rvqspec.core.drafters import make_drafter
+    from rvqspec.core.drafters import load_drafter, make_drafter
     from rvqspec.measure.train_drafter import drafter_loss
 
     root, model_dir, data = world
     shards = root / "single"
     if not (shards / "manifest.json").is_file():
         in_process(extract_args(model_dir, data, shards))
-    out = root / "offsets.safetensors"
+    out = root / f"{kind}.safetensors"
     steps, B = 3, 4
-    rvqspec(["real", "train-offsets", "--model", str(model_dir), str(shards), "--out", str(out), "--batch-size", str(B),
-             "--max-steps", str(steps), "--lr", "0.01", "--epochs", "5"], procs=2, port=29518)
-    got = load_file(str(out))["offsets"]
-    # reference: one process, each rank's batch stream, step s = both ranks' s-th batches concatenated
+    r = rvqspec(["real", "train-offsets", "--model", str(model_dir), str(shards), "--out", str(out), "--kind", kind,
+                 "--effective-batch", str(2 * B), "--max-steps", str(steps), "--lr", "0.01", "--epochs", "5"],
+                procs=2, port=29518 + sorted(KINDS).index(kind))
+    printed = json.loads(r.stdout)
+    assert printed["batch_per_process"] == B and printed["effective_batch"] == 2 * B and printed["world"] == 2
     cp = load_qwen3_tts(model_dir, parts=("code_predictor",)).code_predictor
+    got = load_drafter(out, cp).state_dict()
     for p in cp.parameters():
         p.requires_grad_(False)
 
-    def train(ranks):
-        d = make_drafter("offsets", cp, 3)
+    def train(ranks):  # one process, step s = the listed ranks' s-th batches concatenated
+        d = make_drafter(kind, cp, 3)
         opt = torch.optim.Adam(d.parameters(), lr=0.01)
         streams = [list(rank_batches(shards, B, seed=0, epoch=0, rank=r, world=2)[0]) for r in (0, 1)]
         assert min(len(x) for x in streams) >= steps
@@ -187,12 +193,88 @@ def test_two_process_training_all_reduces(world) -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
-        return d.offsets.detach()
+        return {k: v.detach() for k, v in d.state_dict().items()}
 
     both = train((0, 1))  # what the all-reduce computes: the mean over both processes' batches
     rank0 = train((0,))
-    assert got.abs().max().item() > 1e-3  # it trained
-    assert (got - both).abs().max().item() < 1e-5
-    assert (got - rank0).abs().max().item() > 1e-4  # negative control: no all-reduce would look like this
+    init = make_drafter(kind, cp, 3).state_dict()
+    diff = lambda a, b: max((a[k] - b[k]).abs().max().item() for k in a)
+    assert diff(got, init) > 1e-3  # it trained
+    assert diff(got, both) < 1e-5
+    assert diff(got, rank0) > 1e-4  # negative control: no all-reduce would look like this
     info = json.loads(out.with_suffix(".json").read_text())
-    assert info["world"] == 2 and info["steps"] == steps
+    assert info["world"] == 2 and info["steps"] == steps and info["kind"] == kind
+
+
+def test_shards_are_balanced_and_the_drop_is_stated() -> None:
+    """Ranks get shards by full batches, largest shard first to the least loaded rank: the smallest
+    rank sets the step count, so balancing keeps more batches than the strided split did."""
+    shards = [{"frames": f} for f in (16, 4, 4, 4)]  # batches of 4 frames: 4, 1, 1, 1
+    owned = rank_shards(shards, 4, 2)
+    assert sorted(i for o in owned for i in o) == [0, 1, 2, 3]  # a partition
+    assert owned == [[0], [1, 2, 3]]  # 4 vs 3 batches; strided (0, 2) / (1, 3) would be 5 vs 2
+    shards8 = [{"frames": 32 * n} for n in (5, 5, 4, 4, 3, 3, 3, 2, 2, 1)]
+    per = [sum(shards8[i]["frames"] // 32 for i in o) for o in rank_shards(shards8, 32, 8)]
+    assert max(per) - min(per) <= 5 and sum(per) == 32
+    strided = [sum(x["frames"] // 32 for x in shards8[r::8]) for r in range(8)]
+    assert min(per) == 3 > min(strided) == 2
+    with pytest.raises(ScaleError, match="--effective-batch 36 is not a multiple of the 8 processes"):
+        per_process_batch(36, 32, 8)
+    assert per_process_batch(32, 7, 8) == 4 and per_process_batch(None, 7, 8) == 7
+
+
+def invoke(args: list[str]):
+    from typer.testing import CliRunner
+
+    from rvqspec.cli import app
+
+    return CliRunner().invoke(app, args)
+
+
+def test_resume_refuses_a_changed_unit_size(world) -> None:
+    """Unit u of another --unit-items holds other items: resuming into the same folder used to skip
+    'finished' units and duplicate frames (243 -> 336). Now: exit 2, one line naming the key."""
+    root, model_dir, data = world
+    out = root / "resume"
+    in_process(extract_args(model_dir, data, out))
+    frames = json.loads((out / "manifest.json").read_text())["frames"]
+    args = extract_args(model_dir, data, out)
+    args[args.index("--unit-items") + 1] = "3"
+    r = invoke(args)
+    assert r.exit_code == 2, r.output
+    line = r.output.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "units.json" in line and "unit_items=2" in line and "unit_items=3" in line
+    assert json.loads((out / "manifest.json").read_text())["frames"] == frames  # untouched
+    args = extract_args(model_dir, data, out) + ["--limit", "4"]  # fewer items: other units too
+    r = invoke(args)
+    assert r.exit_code == 2 and "items=6" in r.output and "items=4" in r.output
+    in_process(extract_args(model_dir, data, out))  # the same command resumes (nothing to do)
+    assert json.loads((out / "manifest.json").read_text())["frames"] == frames
+
+
+def test_extraction_runs_on_the_chosen_device_and_dtype(world) -> None:
+    """--device/--dtype place the official model (it was always CPU float32). bf16 here on the CPU:
+    the shards record it, differ from float32 by bf16 rounding only, and keep the float32 model
+    hash that train-offsets and calibration check against."""
+    from rvqspec.real.distributed import placement
+
+    root, model_dir, data = world
+    f32, b16 = root / "dev_f32", root / "dev_b16"
+    in_process(extract_args(model_dir, data, f32) + ["--device", "cpu", "--dtype", "float32"])
+    in_process(extract_args(model_dir, data, b16) + ["--device", "cpu", "--dtype", "bfloat16"])
+    unit = json.loads((b16 / "unit_00000" / "manifest.json").read_text())
+    assert unit["extra"]["dtype"] == "bfloat16" and unit["extra"]["device"] == "cpu"
+    assert json.loads((f32 / "unit_00000" / "manifest.json").read_text())["extra"]["dtype"] == "float32"
+    a, b = tensors(f32), tensors(b16)
+    ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (f32, b16))
+    assert ma["model_hash"] == mb["model_hash"]
+    assert torch.equal(a["codes"], b["codes"])  # teacher forcing: the dataset's codes
+    d = (a["hidden"] - b["hidden"]).abs()
+    assert d.max().item() > 0  # it really ran in bf16 (negative control against a silent float32)
+    assert d.mean().item() < 0.05 * a["hidden"].abs().mean().item()
+    assert placement(None, None) == (torch.device("cpu"), torch.float32) or torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        r = invoke(extract_args(model_dir, data, root / "dev_cuda") + ["--device", "cuda"])
+        assert r.exit_code == 2 and "--device cuda: torch.cuda.is_available() is False" in r.output
+    r = invoke(extract_args(model_dir, data, root / "dev_bad") + ["--dtype", "int8"])
+    assert r.exit_code == 2 and "--dtype 'int8' is not one of" in r.output

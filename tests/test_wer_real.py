@@ -133,7 +133,7 @@ def test_mini_backend_extract_and_evaluate(toy_mini) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["real", "extract", "--model", str(r / "model"), str(r / "fleurs"), "--split", "test",
                               "--out-dir", str(r / "shards"), "--codec", f"mini:{r / 'codec'}", "--backend", "mini",
-                              "--dtype", "float32"])
+                              "--hidden-dtype", "float32"])
     assert res.exit_code == 0, res.output
     # the item's own phoneme_frames drive the talker (exact alignment): same states as rvqspec.core.frame_loop
     item = next(iter_items(DatasetSpec(str(r / "fleurs"), split="test")))

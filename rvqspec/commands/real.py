@@ -35,6 +35,24 @@ def _log(msg: str) -> None:
 CODEC_HELP = ("official:DIR (12 Hz speech tokenizer; default <MODEL>/speech_tokenizer), mini:DIR (the mini "
               "world's codec), or FILE.py:NAME (an object with encode(audio, rate) and decode(codes))")
 TEXT_HELP = "FILE.py:NAME callable str -> (1, L) ids; default: the checkpoint's own text tokenizer"
+DEVICE_HELP = ("model, speech tokenizer and recognizer device (default: this process's accelerator as "
+               "`accelerate launch` assigns it, cuda:LOCAL_RANK; else cpu)")
+DTYPE_HELP = "model and speech tokenizer dtype: bfloat16, float16 or float32 (default: bfloat16 on CUDA, else float32)"
+
+
+def _bad_input(exc: Exception) -> None:
+    """Bad input: one line naming the file, key or value, exit code 2 (no traceback)."""
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    from rvqspec.core.drafters import DrafterError
+    from rvqspec.measure.extract import ExtractError
+    from rvqspec.real.datasets import DatasetError
+    from rvqspec.real.distributed import ScaleError
+
+    return DatasetError, ScaleError, ExtractError, DrafterError, FileNotFoundError
 
 
 @real_app.command("extract")
@@ -53,7 +71,10 @@ def extract_cmd(
     unit_items: int = typer.Option(64, help="items per work unit (the unit of resumption)"),
     strategy: str = typer.Option("strided", help="unit assignment: strided or hash"),
     shard_frames: int = typer.Option(8192, help="frames per shard file"),
-    dtype: str = typer.Option("float16", help="hidden-state storage dtype"),
+    hidden_dtype: str = typer.Option("float16", help="hidden-state storage dtype (float16: about 30 KB per "
+                                                      "frame at the 0.6B/1.7B code predictor's 1024 x 15)"),
+    device: Optional[str] = typer.Option(None, help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     source: str = typer.Option("teacher_forced", help="teacher_forced (offset training) or free_running "
                                                        "(calibration: c1..c15 sampled by the model itself)"),
     seed: int = typer.Option(0, help="free-running sampling seed (per unit: seed + unit index)"),
@@ -66,22 +87,23 @@ def extract_cmd(
     import torch
 
     from rvqspec.real.datasets import codec_from_spec, text_ids_from_spec
-    from rvqspec.real.distributed import (ExtractJob, ScaleConfig, ScaleError, extract_sharded, finish_distributed,
-                                          merge_extraction, topology, wait_for_everyone)
+    from rvqspec.real.distributed import (ExtractJob, ScaleConfig, extract_sharded, finish_distributed, merge_extraction,
+                                          placement, topology, wait_for_everyone)
 
     torch.set_num_threads(threads)
     topo = topology()
     try:
         cfg = ScaleConfig(unit_items=unit_items, strategy=strategy)
-    except ScaleError as exc:  # a bad option, not a failure of the distributed run
-        raise typer.BadParameter(str(exc)) from None
-    job = ExtractJob(model=str(model), dataset=str(dataset), out=str(out), split=split, language=language,
-                     limit=limit, speaker=speaker, non_streaming_mode=not streaming, use_language=not auto_language,
-                     shard_frames=shard_frames, hidden_dtype=dtype, source=source, seed=seed,
-                     backend=backend)
-    c = codec_from_spec(codec, model)
-    text = text_ids_from_spec(text_tokenizer, model) if backend == "official" else None
-    res = extract_sharded(job, c.encode, text, topo, cfg, log=_log)
+        job = ExtractJob(model=str(model), dataset=str(dataset), out=str(out), split=split, language=language,
+                         limit=limit, speaker=speaker, non_streaming_mode=not streaming,
+                         use_language=not auto_language, shard_frames=shard_frames, hidden_dtype=hidden_dtype,
+                         source=source, seed=seed, backend=backend, device=device, dtype=dtype)
+        dev, dt = placement(device, dtype)
+        c = codec_from_spec(codec, model, device=dev, dtype=dt)
+        text = text_ids_from_spec(text_tokenizer, model) if backend == "official" else None
+        res = extract_sharded(job, c.encode, text, topo, cfg, log=_log)
+    except _input_errors() as exc:
+        _bad_input(exc)
     wait_for_everyone()
     if topo.is_main:
         man = merge_extraction(out, res["units"])
@@ -100,7 +122,9 @@ def train_offsets_cmd(
     kind: str = typer.Option("offsets", help="drafter kind (rvqspec.core.drafters.make_drafter)"),
     num_offsets: int = typer.Option(defaults.K, help="K: trained offsets = draft lookahead (seed 000 §2.2)."),
     epochs: int = typer.Option(1, help="Passes over the shards."),
-    batch_size: int = typer.Option(32, help="per process (seed: 32 on one GPU)"),
+    batch_size: int = typer.Option(32, help="Per process: the effective batch is processes x this."),
+    effective_batch: Optional[int] = typer.Option(None, help="The batch summed over processes (the seed's "
+                                                             "32 on one GPU); sets the per-process batch to this / processes."),
     lr: float = typer.Option(1e-3, help="Adam learning rate."),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
     seed: int = typer.Option(0, help="Shuffling and initialisation seed."),
@@ -111,16 +135,22 @@ def train_offsets_cmd(
 
     from rvqspec.core.checkpoint import load_qwen3_tts
     from rvqspec.core.drafters import make_drafter
-    from rvqspec.real.distributed import DistTrainConfig, finish_distributed, train_offsets_distributed, write_json_atomic
+    from rvqspec.real.distributed import (DistTrainConfig, finish_distributed, per_process_batch, train_offsets_distributed,
+                                          train_plan, write_json_atomic)
 
     torch.set_num_threads(threads)
     from accelerate import Accelerator
 
     acc = Accelerator(cpu=not torch.cuda.is_available())
-    cp = load_qwen3_tts(model, parts=("code_predictor",)).code_predictor
-    drafter = make_drafter(kind, cp, num_offsets)
-    cfg = DistTrainConfig(lr=lr, batch_size=batch_size, epochs=epochs, max_steps=max_steps, seed=seed)
-    drafter, losses = train_offsets_distributed(drafter, cp, shards, cfg, acc, log=_log)
+    try:
+        per_process = per_process_batch(effective_batch, batch_size, acc.num_processes)
+        cp = load_qwen3_tts(model, parts=("code_predictor",)).code_predictor
+        drafter = make_drafter(kind, cp, num_offsets)
+        cfg = DistTrainConfig(lr=lr, batch_size=per_process, epochs=epochs, max_steps=max_steps, seed=seed)
+        plan = train_plan(shards, per_process, acc.num_processes)
+        drafter, losses = train_offsets_distributed(drafter, cp, shards, cfg, acc, log=_log)
+    except _input_errors() as exc:
+        _bad_input(exc)
     if acc.is_main_process:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
@@ -128,7 +158,9 @@ def train_offsets_cmd(
         tmp.replace(out)
         info = {"drafter": str(out), "kind": kind, "steps": len(losses), "world": acc.num_processes,
                 "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-                "parameters": drafter.num_parameters}
+                "parameters": drafter.num_parameters, "batch_per_process": per_process,
+                "effective_batch": per_process * acc.num_processes, "steps_per_epoch": plan["steps_per_epoch"],
+                "batches_per_rank": plan["batches_per_rank"], "dropped_batches_per_epoch": plan["dropped_batches"]}
         write_json_atomic(out.with_suffix(".json"), {**info, "losses": losses})
         typer.echo(json.dumps(info, indent=2))
     finish_distributed()  # why: its docstring (a rank could abort in C++ at interpreter exit)
@@ -157,7 +189,8 @@ def evaluate_cmd(
     backend: str = typer.Option("official", help="official (Qwen3-TTS generate) or mini (the mini world's "
                                                    "model, phoneme front end and codec)"),
     mini_codec: Path = typer.Option(Path("data/mini/codec"), help="--backend mini: the mini codec directory"),
-    device: str = typer.Option("cpu", help="recognizer device"),
+    device: Optional[str] = typer.Option(None, help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     threads: int = opt.threads(),
     temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
     greedy: bool = opt.greedy(),
@@ -168,17 +201,21 @@ def evaluate_cmd(
     from rvqspec.real.datasets import DatasetSpec, codec_from_spec, count_items, iter_range, text_ids_from_spec
     from rvqspec.core.drafters import load_drafter
     from rvqspec.real.official_pipeline import load_official_model, shared_code_predictor
-    from rvqspec.real.distributed import (ScaleConfig, finish_distributed, num_units, run_units, topology,
-                               unit_items as unit_range, wait_for_everyone)
+    from rvqspec.real.distributed import (ScaleConfig, finish_distributed, num_units, placement, run_units, topology,
+                                          unit_items as unit_range, wait_for_everyone)
     from rvqspec.core.tree import SparseTree
     from rvqspec.real.wer import (EvalConfig, MiniSynthesizer, OfficialSynthesizer, RecognizerMap, evaluate_unit,
                                   merge_eval, parse_asr_for, run_items)
 
     torch.set_num_threads(threads)
     topo = topology()
-    spec = DatasetSpec(str(dataset), split=split, language=language, limit=limit)
-    n_items = count_items(spec)
-    scfg = ScaleConfig(unit_items=unit_items)
+    try:
+        dev, dt = placement(device, dtype)
+        spec = DatasetSpec(str(dataset), split=split, language=language, limit=limit)
+        n_items = count_items(spec)
+        scfg = ScaleConfig(unit_items=unit_items)
+    except _input_errors() as exc:
+        _bad_input(exc)
     n_units = num_units(n_items, scfg)
     sampling = opt.sampling(temperature, top_k, top_p, greedy)
     cfg = EvalConfig(seeds=tuple(range(seeds)), max_new_tokens=max_new_tokens, speaker=speaker,
@@ -193,19 +230,26 @@ def evaluate_cmd(
             if backend == "mini":
                 synth = MiniSynthesizer(model, mini_codec, drafter, t, cfg, verify_hash=not skip_hash_check)
             elif backend == "official":
-                m = load_official_model(model)
+                m = load_official_model(model, dtype=dt, device=dev)
                 ours = shared_code_predictor(m.talker.code_predictor, m.talker)
+                # a bf16 copy has another hash than the float32 weights the drafter was trained on
                 synth = OfficialSynthesizer(m, text_ids_from_spec(text_tokenizer, model),
-                                            codec_from_spec(codec, model).decode,
-                                            load_drafter(drafter, ours, check_hash=not skip_hash_check)
+                                            codec_from_spec(codec, model, device=dev, dtype=dt).decode,
+                                            load_drafter(drafter, ours,
+                                                         check_hash=not skip_hash_check and dt == torch.float32)
                                             if drafter else None, t, cfg)
             else:
                 raise typer.BadParameter(f"--backend must be official or mini, got {backend!r}")
-            state.update(synth=synth, asr=RecognizerMap(parse_asr_for(asr), device=device))
+            state.update(synth=synth, asr=RecognizerMap(parse_asr_for(asr), device=str(dev)))
         items = [it for _, it in iter_range(spec, unit_range(u, n_items, scfg))]
         return evaluate_unit(tmp, run_items(state["synth"], items, state["asr"], cfg, log=_log))
 
-    run_units(out, n_units, work, topo, scfg, log=_log)
+    job = {"dataset": str(dataset.resolve()), "split": split, "language": language, "limit": limit, "items": n_items,
+           "seeds": seeds, "backend": backend}
+    try:
+        run_units(out, n_units, work, topo, scfg, log=_log, job=job)
+    except _input_errors() as exc:
+        _bad_input(exc)
     wait_for_everyone()
     if topo.is_main:
         t = merge_eval(out, n_units, meta={"model": str(model), "backend": backend, "dataset": str(dataset),

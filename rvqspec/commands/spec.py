@@ -174,7 +174,12 @@ def register(app: typer.Typer) -> None:
         budget: int = opt.budget(),
         max_depth: int = typer.Option(_D.max_depth, help="Depth cap K."),
     ) -> None:
-        """Greedy Medusa tree growth from an acceptance table."""
+        """Greedy Medusa tree growth from an acceptance table. Prints tokens_per_call (codes c1..c15
+        per code-predictor call, 15 / calls per frame, the number `profile` and the benches report)
+        and Medusa's expected_length (tokens per verify round with no end of frame, what the growth
+        maximises; larger, because the c15 boundary and the prefill call are not counted)."""
+        from rvqspec.measure.acceptance import AcceptanceTable
+        from rvqspec.measure.profile import tokens_per_call_from_table
         from rvqspec.core.tree import SparseTree
         from rvqspec.measure.acceptance import AcceptanceTable
 
@@ -182,7 +187,8 @@ def register(app: typer.Typer) -> None:
                                                     "(run `rvqspec spec calibrate`)"), where=str(acceptance))
         tree = SparseTree.grow(table.acc, budget, max_depth=max_depth)
         tree.save(out)
-        typer.echo(json.dumps({"out": str(out), "N": len(tree), "expected_length": tree.expected_length(table.acc)}))
+        typer.echo(json.dumps({"out": str(out), "N": len(tree), "tokens_per_call": tokens_per_call_from_table(tree, table.acc),
+                               "expected_length": tree.expected_length(table.acc)}))
 
     @bench_app.command("acceptance")
     def bench_acceptance_cmd(

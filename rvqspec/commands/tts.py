@@ -1,4 +1,5 @@
-"""`rvqspec synthesize` and `rvqspec wer`: speech from the mini model (AR or speculative)."""
+"""`rvqspec synthesize` and `rvqspec wer`: speech from the mini model or an official Qwen3-TTS
+checkpoint (a directory with `speech_tokenizer/`), AR or speculative."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ from typing import Optional
 import typer
 
 from rvqspec.commands import options as opt
+from rvqspec.core.defaults import NUM_CODES
 
 
 def _inner(tts, drafter: Optional[Path], tree: Optional[Path], skip_hash_check: bool = False):
@@ -25,6 +27,27 @@ def _inner(tts, drafter: Optional[Path], tree: Optional[Path], skip_hash_check: 
                                     SparseTree.load(tree))
 
 
+SPEAKER_HELP = "CustomVoice speaker (official checkpoints)"
+DEVICE_HELP = "official checkpoints: model and speech tokenizer device (default: the accelerator, else cpu)"
+DTYPE_HELP = "official checkpoints: bfloat16, float16 or float32 (default: bfloat16 on CUDA, else float32)"
+
+
+def _official(model: Path, drafter, tree, seeds, greedy: bool, device, dtype, speaker):
+    """An official checkpoint's synthesizer; bad input is one line and exit code 2."""
+    from rvqspec.core.drafters import DrafterError
+    from rvqspec.core.tree import TreeError
+    from rvqspec.real.datasets import DatasetError
+    from rvqspec.real.distributed import ScaleError
+    from rvqspec.real.wer import official_synthesizer
+
+    try:
+        return official_synthesizer(model, drafter, tree, seeds=seeds, greedy=greedy, device=device, dtype=dtype,
+                                    speaker=speaker)
+    except (DatasetError, DrafterError, ScaleError, TreeError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def synthesize(text: str = typer.Argument(..., help="Text to speak."),
@@ -32,24 +55,42 @@ def register(app: typer.Typer) -> None:
                    out: Path = opt.out(Path("out.wav"), "WAV file to write (16 kHz)."),
                    seed: int = typer.Option(0, "--seed", help="Seed of the sampling generator."),
                    data: Optional[Path] = typer.Option(None, "--data", help="Mini-world dir (default data/mini)."),
-                   model: Optional[Path] = opt.model(None, "Model folder (default DATA/model)."),
+                   model: Optional[Path] = opt.model(None, "Model folder: the mini model (default DATA/model) or an "
+                                                           "official checkpoint (a folder with speech_tokenizer/)."),
                    drafter: Optional[Path] = opt.drafter(None, "Drafter .safetensors: speculative mode."),
                    tree: Optional[Path] = opt.tree(None, "Tree JSON: speculative mode."),
                    skip_hash_check: bool = opt.skip_hash_check(),
                    threads: int = opt.threads(),
                    temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
-                   greedy: bool = opt.greedy()):
-        """Synthesize TEXT with the mini model and write a WAV file."""
+                   greedy: bool = opt.greedy(),
+                   speaker: Optional[str] = typer.Option(None, "--speaker", help=SPEAKER_HELP),
+                   device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+                   dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP)):
+        """Synthesize TEXT with the mini model or an official checkpoint and write a WAV file."""
         import soundfile as sf
         import torch
 
         from rvqspec.mini.pipeline import MiniTTS
+        from rvqspec.real.wer import TextItem, is_official_checkpoint
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
         opt.check_lang(lang)
         if not text.strip():
             raise typer.BadParameter("TEXT is empty: nothing to synthesize")
         torch.set_num_threads(threads)
+        if is_official_checkpoint(model):
+            # official checkpoints: the talker samples as its generation config says; --greedy makes
+            # the code predictor greedy
+            synth = _official(model, drafter, tree, [seed], not sampling.do_sample, device, dtype, speaker)
+            res = synth(TextItem(text, lang), seed, "spec" if drafter or tree else "ar")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(f".{out.name}.tmp")
+            sf.write(str(tmp), res.audio, res.rate, format="WAV")
+            tmp.replace(out)
+            typer.echo(json.dumps(dict(out=str(out), seconds_audio=round(len(res.audio) / res.rate, 3),
+                                       frames=int(res.codes.shape[0]),
+                                       tokens_per_call=round(NUM_CODES * res.codes.shape[0] / max(res.calls, 1), 3))))
+            return
         tts = MiniTTS.load(data, model_dir=model)
         syn = tts.synthesize(text, lang, seed=seed, sampling=sampling,
                              inner=_inner(tts, drafter, tree, skip_hash_check))
@@ -75,6 +116,9 @@ def register(app: typer.Typer) -> None:
             threads: int = opt.threads(),
             temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
             greedy: bool = opt.greedy(),
+            speaker: Optional[str] = typer.Option(None, "--speaker", help=SPEAKER_HELP),
+            device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+            dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
             out: Optional[Path] = opt.out(),
             as_json: bool = opt.as_json()):
         """Synthesize each line, transcribe it, report WER and CER (CER is the headline for ja/zh)."""
@@ -82,6 +126,7 @@ def register(app: typer.Typer) -> None:
 
         from rvqspec.real.asr import load_recognizer
         from rvqspec.mini.pipeline import MiniTTS, default_data_dir, intelligibility
+        from rvqspec.real.wer import is_official_checkpoint, official_intelligibility
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)
         opt.check_lang(lang)
@@ -91,9 +136,13 @@ def register(app: typer.Typer) -> None:
         if not lines:
             raise typer.BadParameter(f"{texts}: no non-empty lines")
         torch.set_num_threads(threads)
-        tts = MiniTTS.load(data, model_dir=model)
-        inner = _inner(tts, drafter, tree, skip_hash_check)
         rec = load_recognizer(recognizer or (Path(data) if data else default_data_dir()) / "recognizer")
-        res = intelligibility(tts, lines, lang, rec, seeds=range(seeds), sampling=sampling, inner=inner)
+        if is_official_checkpoint(model):
+            synth = _official(model, drafter, tree, range(seeds), not sampling.do_sample, device, dtype, speaker)
+            res = official_intelligibility(synth, lines, lang, rec, "spec" if drafter or tree else "ar")
+        else:
+            tts = MiniTTS.load(data, model_dir=model)
+            res = intelligibility(tts, lines, lang, rec, seeds=range(seeds), sampling=sampling,
+                                  inner=_inner(tts, drafter, tree, skip_hash_check))
         opt.emit(res, as_json, out, f"{lang}: n={res['n']} WER={100 * res['wer']:.2f}% "
                                     f"CER={100 * res['cer']:.2f}% tokens/call={res['tokens_per_call']:.2f}")

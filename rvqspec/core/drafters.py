@@ -250,6 +250,8 @@ class MedusaHeads(Drafter):
                 for j in range(1, num_offsets + 1):
                     if p + j <= NUM_POSITIONS:
                         m.heads[m._index(p, j)].weight.copy_(_heads(code_predictor)[p - 1 + j].weight)
+                    else:  # never drafted (no code c_{p+j}): zero, so the file depends on the checkpoint only
+                        m.heads[m._index(p, j)].weight.zero_()
         return m
 
     def head_logits(self, code_predictor, hidden: torch.Tensor, p: int, j: int) -> torch.Tensor:

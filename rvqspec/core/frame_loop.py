@@ -198,9 +198,10 @@ def teacher_forced_inner(code_predictor: MultiCodeDecoder, talker_hidden: torch.
     n = cp.config.num_code_groups
     N = talker_hidden.shape[0]
     dtype = next(cp.parameters()).dtype
-    emb = cp.embed_codes(codes[:, : n - 1], torch.arange(n - 1))  # (N, 15, E): c0..c14 at positions 1..15
+    dev = talker_hidden.device  # a GPU extraction keeps every index beside the model
+    emb = cp.embed_codes(codes[:, : n - 1], torch.arange(n - 1, device=dev))  # (N, 15, E): c0..c14 at positions 1..15
     x = torch.cat([talker_hidden.to(dtype).unsqueeze(1), emb.to(dtype)], dim=1)  # (N, 16, E)
-    pos = torch.arange(n).view(1, n)  # (1, 16)
+    pos = torch.arange(n, device=dev).view(1, n)  # (1, 16)
     cache = training_cache(cp, N, n, dtype) if differentiable else cp.new_cache(N, n)
-    hidden, _ = cp(x, pos.expand(N, n), cache, torch.arange(n), causal_mask(pos, n, dtype))  # (N, 16, H)
+    hidden, _ = cp(x, pos.expand(N, n), cache, torch.arange(n, device=dev), causal_mask(pos, n, dtype))  # (N, 16, H)
     return hidden[:, 1:]  # (N, 15, H)

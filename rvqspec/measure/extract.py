@@ -81,7 +81,7 @@ def frames_to_hidden(code_predictor, utterances: Iterable[tuple[torch.Tensor, to
                                f"must have the same number of frames T")
         for lo in range(0, th.shape[0], config.batch_frames):
             t = th[lo:lo + config.batch_frames]
-            c = codes[lo:lo + config.batch_frames].long()
+            c = codes[lo:lo + config.batch_frames].long().to(t.device)  # (b, 16) beside the model
             if source == "free_running":
                 c = free_running_codes(code_predictor, t, c[:, 0], sampling, generator)
             yield teacher_forced_hidden(code_predictor, t, c), c
@@ -90,12 +90,13 @@ def frames_to_hidden(code_predictor, utterances: Iterable[tuple[torch.Tensor, to
 def extract(code_predictor, utterances: Iterable[tuple[torch.Tensor, torch.Tensor]], out_dir: str | Path,
             source: str = "teacher_forced", config: ExtractConfig = ExtractConfig(),
             sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
-            progress: bool = True, extra: dict | None = None) -> Path:
-    """Write shards + manifest.json to out_dir; returns the manifest path."""
+            progress: bool = True, extra: dict | None = None, model_hash: str | None = None) -> Path:
+    """Write shards + manifest.json to out_dir; returns the manifest path. `model_hash`: the hash
+    to record when `code_predictor` is a cast copy (bf16 on a GPU) of the checkpoint's weights."""
     from safetensors.torch import save_file
     from tqdm import tqdm
 
-    from rvqspec.core.checkpoint import model_hash
+    from rvqspec.core.checkpoint import model_hash as hash_of
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,7 +133,7 @@ def extract(code_predictor, utterances: Iterable[tuple[torch.Tensor, torch.Tenso
     bar.close()
     manifest = {
         "format": "rvqspec.hidden_shards/1",
-        "model_hash": model_hash(code_predictor),
+        "model_hash": model_hash or hash_of(code_predictor),
         "code_predictor_config": asdict(code_predictor.config),
         "num_offsets": config.num_offsets,
         "hidden_size": code_predictor.config.hidden_size,

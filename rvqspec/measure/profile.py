@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Callable
 
 from rvqspec.core.defaults import DRAFTER_PREFERENCE, NUM_CODES, K, choose_n_star
 from rvqspec.core.jsonfile import read_json
+from rvqspec.measure.acceptance import AcceptanceTable
 
 if TYPE_CHECKING:
     from rvqspec.core.tree import SparseTree
@@ -218,8 +219,12 @@ def load_acceptance(path: str | Path | None, max_depth: int = K, drafter: str | 
                 raise ProfileError(f"{p}: entry N={k} has tokens per call {t} outside [1, {NUM_CODES}]")
             curve[n] = t
     tab = d.get("acc", d.get("acceptance_table"))
-    if tab is not None:
+    if tab is not None and "counts" in d and "totals" in d:
+        # a `spec calibrate` table: the exact counts, as grow-tree reads them ('acc' is rounded)
+        table = AcceptanceTable.from_json(d, where=str(p)).acc.astype(np.float64)
+    elif tab is not None:
         table = np.asarray(tab, dtype=np.float64)
+    if tab is not None:
         if table.ndim != 2 or table.size == 0 or not np.all((table >= 0) & (table <= 1)):
             raise ProfileError(f"{p}: 'acc' must be a (depth, rank) table of probabilities, got shape {table.shape}")
     elif curve:

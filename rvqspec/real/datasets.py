@@ -47,6 +47,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -179,11 +180,11 @@ def _hf_table(spec: DatasetSpec, layout: str):
     if layout == "hf_disk":
         ds = datasets.load_from_disk(str(d))
     else:
-        files = sorted(str(p) for p in d.rglob("*.parquet"))
-        builder = "parquet"
+        files, builder = sorted(d.rglob("*.parquet")), "parquet"
         if not files:
-            files, builder = sorted(str(p) for p in d.rglob("*.arrow")), "arrow"
-        ds = datasets.load_dataset(builder, data_files={"data": files}, split="data")
+            files, builder = sorted(d.rglob("*.arrow")), "arrow"
+        files = _split_files(d, files, spec.split)
+        ds = datasets.load_dataset(builder, data_files={"data": [str(f) for f in files]}, split="data")
     if isinstance(ds, datasets.DatasetDict):
         splits = sorted(ds)
         if spec.split is None:
@@ -198,6 +199,36 @@ def _hf_table(spec: DatasetSpec, layout: str):
         raise DatasetError(f"{d}: no 'audio' column (columns: {ds.column_names})")
     ds = ds.cast_column("audio", datasets.Audio(decode=False))
     return ds
+
+
+_SHARD_NAME = re.compile(r"^(?P<split>.+?)-\d{5}-of-\d{5}$")  # the hub's "<split>-00000-of-00001"
+
+
+def split_of(root: Path, file: Path) -> str | None:
+    """The split a hub parquet file belongs to: `<split>-00000-of-00003.parquet` (the hub's own
+    names, e.g. LibriSpeech `test.clean-...`) or `<split>/0000.parquet` (the refs/convert/parquet
+    layout, e.g. Fleurs `en_us/test/0000.parquet`); None when the name says nothing."""
+    m = _SHARD_NAME.match(file.stem)
+    if m:
+        return m.group("split")
+    if file.stem.isdigit() and file.parent != root:
+        return file.parent.name
+    return None
+
+
+def _split_files(root: Path, files: list[Path], split: str | None) -> list[Path]:
+    """The files of `split` (all files when no split is asked and the names show at most one)."""
+    splits = {f: split_of(root, f) for f in files}
+    named = sorted({v for v in splits.values() if v is not None})
+    if split is None:
+        if len(named) > 1:
+            raise DatasetError(f"{root}: holds splits {named}; choose one with split= (--split)")
+        return files
+    chosen = [f for f in files if splits[f] == split]
+    if not chosen:
+        raise DatasetError(f"{root}: no split {split!r} among its parquet files (splits: {named or 'none named'}; "
+                           f"files are named <split>-00000-of-00001.parquet or <split>/0000.parquet)")
+    return chosen
 
 
 def _pick(row: dict, names: Sequence[str], chosen: str | None, where: str, what: str) -> tuple[str, Any]:
@@ -281,6 +312,15 @@ def _as_spec(spec: DatasetSpec | str | os.PathLike) -> DatasetSpec:
 def _table(spec: DatasetSpec):
     """(layout, rows-or-dataset, length) without decoding any audio."""
     layout = detect_layout(spec.path)
+    if layout == "folder" and spec.split is not None:
+        # audiofolder convention: one subfolder per split (train/, test/, ...)
+        sub = Path(spec.path) / spec.split
+        if not sub.is_dir():
+            names = sorted(q.name for q in Path(spec.path).iterdir() if q.is_dir())
+            raise DatasetError(f"{spec.path}: no split folder {spec.split!r} (audio folders hold one subfolder per "
+                               f"split; subfolders: {names})")
+        spec = DatasetSpec(str(sub), split=None, language=spec.language, text_column=spec.text_column,
+                           limit=spec.limit)
     t = _folder_rows(Path(spec.path)) if layout == "folder" else _hf_table(spec, layout)
     n = len(t) if spec.limit is None else min(len(t), spec.limit)
     return layout, t, n
@@ -315,7 +355,7 @@ def iter_items(spec: DatasetSpec | str) -> Iterator[RealItem]:
 Encoder = Callable[[np.ndarray, int], torch.Tensor]
 
 
-def _official_tokenizer(path: str | os.PathLike, device: str = "cpu"):
+def _official_tokenizer(path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None):
     d = Path(path)
     if not (d / "config.json").is_file():
         raise DatasetError(f"{d}: no speech tokenizer here (expected config.json of the 12 Hz Qwen3-TTS "
@@ -326,7 +366,12 @@ def _official_tokenizer(path: str | os.PathLike, device: str = "cpu"):
     try:
         from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
 
-        return Qwen3TTSTokenizer.from_pretrained(str(d), device_map=device)
+        kw = {"dtype": dtype} if dtype is not None else {}
+        if torch.device(device).type != "cpu":
+            # not for the CPU: under a torchrun-style launch without GPUs, transformers' device_map
+            # path asks for an accelerator and raises; weights load on the CPU by default anyway
+            kw["device_map"] = str(device)
+        return Qwen3TTSTokenizer.from_pretrained(str(d), **kw)
     except Exception as exc:  # missing optional deps (librosa, ...) or a malformed directory
         raise DatasetError(f"{d}: could not load the official speech tokenizer ({type(exc).__name__}: {exc})") from exc
 
@@ -495,12 +540,13 @@ def utterances(items: Iterable[RealItem], encoder: Encoder, forcer: Callable[[st
             raise DatasetError(f"{where}: teacher forcing gave {hidden.shape[0]} hidden states for {codes.shape[0]} frames")
         if on_item is not None:
             on_item(item, codes.shape[0])
-        yield hidden.float(), codes
+        yield hidden, codes  # hidden in the model's dtype: the code predictor reads it next
 
 
 def extract_with(code_predictor, forcer, items: Iterable[RealItem], encoder: Encoder, out_dir: str | os.PathLike,
                  c0_vocab: int, source: str = "teacher_forced", config=None, progress: bool = False,
-                 extra: dict | None = None, sampling=None, generator: torch.Generator | None = None) -> Path:
+                 extra: dict | None = None, sampling=None, generator: torch.Generator | None = None,
+                 model_hash: str | None = None) -> Path:
     """Items -> hidden-state shards with any teacher forcer (`forcer.for_item(item, codes)` or
     `forcer(text, language, codes)` -> (T, E)); `code_predictor` is our MultiCodeDecoder."""
     from rvqspec.measure.extract import ExtractConfig, extract
@@ -517,14 +563,14 @@ def extract_with(code_predictor, forcer, items: Iterable[RealItem], encoder: Enc
     utts = utterances(items, encoder, forcer, int(cfg.num_code_groups), int(c0_vocab), int(cfg.vocab_size),
                       on_item=count)
     return extract(code_predictor, utts, out_dir, source=source, config=config or ExtractConfig(), progress=progress,
-                   sampling=sampling or Sampling(), generator=generator,
+                   sampling=sampling or Sampling(), generator=generator, model_hash=model_hash,
                    extra={**(extra or {}), "dataset_stats": stats})
 
 
 def extract_items(official_model, items: Iterable[RealItem], encoder: Encoder, text_ids: Callable[[str], torch.Tensor],
                   out_dir: str | os.PathLike, prompt: PromptConfig = PromptConfig(), source: str = "teacher_forced",
                   config=None, progress: bool = False, extra: dict | None = None, sampling=None,
-                  generator: torch.Generator | None = None) -> Path:
+                  generator: torch.Generator | None = None, model_hash: str | None = None) -> Path:
     """Real items -> hidden-state shards in out_dir (rvqspec.measure.extract format) for an official model;
     returns the manifest path. h_1..h_15 come from our MultiCodeDecoder sharing the official tensors."""
     from rvqspec.real.official_pipeline import shared_code_predictor
@@ -534,7 +580,7 @@ def extract_items(official_model, items: Iterable[RealItem], encoder: Encoder, t
     forcer = OfficialTeacherForcer(official_model, text_ids, prompt)
     c0_vocab = int(official_model.config.talker_config.vocab_size) - 1024  # the official control-token band
     return extract_with(ours, forcer, items, encoder, out_dir, c0_vocab, source=source, config=config,
-                        progress=progress, extra=extra, sampling=sampling, generator=generator)
+                        progress=progress, extra=extra, sampling=sampling, generator=generator, model_hash=model_hash)
 
 
 # --------------------------------------------------------------------------------------------
@@ -625,9 +671,9 @@ def load_object(spec: str) -> Any:
     return getattr(mod, name)
 
 
-def official_codec(path: str | os.PathLike, device: str = "cpu") -> Codec:
+def official_codec(path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Codec:
     """The official 12 Hz speech tokenizer, both directions (decode gives 24 kHz audio)."""
-    tok = _official_tokenizer(path, device)
+    tok = _official_tokenizer(path, device, dtype)
     enc = official_speech_encoder(path, device, tokenizer=tok)
 
     def decode(codes: torch.Tensor) -> tuple[np.ndarray, int]:
@@ -654,14 +700,15 @@ def mini_codec(path: str | os.PathLike) -> Codec:
     return Codec(encode, decode, name=f"mini:{path}")
 
 
-def codec_from_spec(spec: str | None, model_dir: str | os.PathLike) -> Codec:
+def codec_from_spec(spec: str | None, model_dir: str | os.PathLike, device: str | torch.device = "cpu",
+                    dtype: torch.dtype | None = None) -> Codec:
     """'official:DIR' | 'mini:DIR' | 'FILE.py:NAME' (a Codec, or an object with encode/decode) |
-    None (= official:<model>/speech_tokenizer)."""
+    None (= official:<model>/speech_tokenizer). device/dtype: where the official tokenizer runs."""
     if spec is None:
-        return official_codec(Path(model_dir) / "speech_tokenizer")
+        return official_codec(Path(model_dir) / "speech_tokenizer", device, dtype)
     kind, sep, rest = spec.partition(":")
     if sep and kind == "official":
-        return official_codec(rest)
+        return official_codec(rest, device, dtype)
     if sep and kind == "mini":
         return mini_codec(rest)
     obj = load_object(spec)

@@ -14,13 +14,16 @@ evaluation at that size want many workers. Three jobs scale here, all determinis
   never visible. `merge_extraction` then writes one `manifest.json` over all units' shards (in unit
   order, so the union equals a single-process run byte for byte) that `rvqspec.measure.extract.ShardDataset`
   and `train_drafter` read as usual.
-* **offset training** (`train_offsets_distributed`): process r reads shard files r, r + world, ...
+* **offset training** (`train_offsets_distributed`): process r reads its shard files (`rank_shards`:
+  balanced by full batches)
   (one in memory at a time) in an order seeded by (seed, epoch, r); at every step each process
   computes the loss of its next batch and the gradients are averaged across processes with HF
   accelerate's `Accelerator.reduce` (DDP's all-reduce, done explicitly: the offsets are 3,072
   numbers, and the drafter is not called through `forward`, which DDP's hooks need). All processes
   take the same number of steps. With equal batch sizes a step equals a single-process step on the
-  concatenation of the world's batches (tested).
+  concatenation of the world's batches (tested for every drafter kind). A parameter without a
+  gradient (Medusa's heads for p + j > 15) is reduced as zeros, so every process joins every
+  collective, as DDP's find_unused_parameters does.
 
 Single process (plain `python`, no launcher) is world = 1: the same code path. Launching: on GPUs
 `accelerate launch --multi_gpu --num_processes N -m rvqspec.cli real ...`; on CPUs the same
@@ -40,6 +43,9 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+
+from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
+from rvqspec.core.sampling import Sampling
 
 DONE_SUFFIX = ".done"
 
@@ -82,6 +88,42 @@ def topology() -> Topology:
         return Topology(int(st.process_index), int(st.num_processes))
     except ImportError:  # accelerate is an optional extra ([scale])
         return Topology(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def placement(device: str | None = None, dtype: str | None = None) -> tuple[torch.device, torch.dtype]:
+    """(device, dtype) for the heavy models of a real step (official model, speech tokenizer, ASR).
+
+    device None: this process's accelerator as the launcher assigned it (`PartialState().device`:
+    cuda:LOCAL_RANK under `accelerate launch` on GPUs, mps on Apple silicon), else the CPU. dtype
+    None: bfloat16 on a CUDA device that supports it, float32 elsewhere (bf16 matmuls on a CPU are
+    slow and the fallback should match the tests' numbers)."""
+    if device is None:
+        try:
+            from accelerate import PartialState
+
+            dev = torch.device(PartialState(cpu=not torch.cuda.is_available()).device)
+        except ImportError:
+            dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() \
+                else torch.device("cpu")
+    else:
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            raise ScaleError(f"--device {device!r} is not a torch device (cpu, cuda, cuda:1, mps)") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ScaleError(f"--device {device}: torch.cuda.is_available() is False on this machine")
+        if dev.type == "mps" and not torch.backends.mps.is_available():
+            raise ScaleError(f"--device {device}: torch.backends.mps.is_available() is False on this machine")
+    if dtype is None:
+        dt = torch.bfloat16 if dev.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    elif dtype in DTYPES:
+        dt = DTYPES[dtype]
+    else:
+        raise ScaleError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
+    return dev, dt
 
 
 def _destroy_process_group() -> None:
@@ -169,13 +211,37 @@ def write_json_atomic(path: Path, obj) -> None:
     write(path, obj, indent=1, sort_keys=True)
 
 
+PLAN_FILE = "units.json"
+
+
+def check_plan(out: Path, n_units: int, cfg: ScaleConfig, job: dict | None = None) -> None:
+    """Record how `out`'s units were cut (unit size, unit count, the job's inputs) on the first run
+    and refuse a rerun that would cut them differently: unit u of another unit size holds other
+    items, so skipping the finished units would duplicate or lose items."""
+    plan = {"unit_items": cfg.unit_items, "units": n_units, **(job or {})}
+    path = out / PLAN_FILE
+    if path.is_file():
+        old = json.loads(path.read_text())
+        for k in sorted(set(old) | set(plan)):
+            if old.get(k) != plan.get(k):
+                raise ScaleError(f"{path}: this folder's units were made with {k}={old.get(k)!r}, this run has "
+                                 f"{k}={plan.get(k)!r}; resume with the same value or use a new --out")
+    elif any(out.glob("unit_*" + DONE_SUFFIX)):
+        raise ScaleError(f"{out}: holds finished units but no {PLAN_FILE} (made by an older rvqspec); "
+                         f"use a new --out")
+    else:
+        write_json_atomic(path, plan)  # every rank writes the same content, atomically
+
+
 def run_units(out_dir: str | os.PathLike, n_units: int, work: Callable[[int, Path], dict], topo: Topology,
-              cfg: ScaleConfig = ScaleConfig(), log: Callable[[str], None] | None = None) -> dict:
+              cfg: ScaleConfig = ScaleConfig(), log: Callable[[str], None] | None = None,
+              job: dict | None = None) -> dict:
     """Run `work(u, tmp_dir) -> summary dict` for this process's unfinished units, each into a
-    temporary directory renamed to `unit_XXXXX/` when complete, then mark it done. Returns
-    {"ran": [...], "skipped": [...]}."""
+    temporary directory renamed to `unit_XXXXX/` when complete, then mark it done. `job`: the
+    inputs that decide what a unit holds (`check_plan`). Returns {"ran": [...], "skipped": [...]}."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    check_plan(out, n_units, cfg, job)
     ran, skipped = [], []
     for u in my_units(n_units, topo, cfg):
         if is_done(out, u):
@@ -227,6 +293,8 @@ class ExtractJob:
     source: str = "teacher_forced"    # or "free_running" (rvqspec.measure.extract)
     backend: str = "official"         # or "mini" (the mini world's checkpoint and text front end)
     seed: int = 0                     # free-running sampling: generator seeded with seed + unit
+    device: str | None = None         # `placement`: the launcher's accelerator when None
+    dtype: str | None = None          # `placement`: bf16 on CUDA, float32 elsewhere when None
 
 
 def extract_sharded(job: ExtractJob, encoder, text_ids, topo: Topology | None = None,
@@ -246,27 +314,41 @@ def extract_sharded(job: ExtractJob, encoder, text_ids, topo: Topology | None = 
     model = None
     prompt = PromptConfig(speaker=job.speaker, non_streaming_mode=job.non_streaming_mode, use_language=job.use_language)
     ecfg = ExtractConfig(shard_frames=job.shard_frames, dtype=job.hidden_dtype)
-    from rvqspec.core.sampling import Sampling
+    dev, dt = placement(job.device, job.dtype)
+    canonical_hash = None
 
     def work(u: int, tmp: Path) -> dict:
-        nonlocal model
+        nonlocal model, canonical_hash
         if model is None:
-            model = MiniTeacherForcer(job.model) if job.backend == "mini" else load_official_model(job.model)
+            if job.backend == "mini":  # the mini rehearsal stays on the CPU in float32 (its tests' numbers)
+                model = MiniTeacherForcer(job.model)
+            else:
+                model = load_official_model(job.model, dtype=dt, device=dev)
+                if dt != torch.float32:
+                    # shards name the checkpoint's float32 code predictor, the one `train-offsets`,
+                    # `spec calibrate` and the drafter files check against, not this cast copy
+                    cp = load_qwen3_tts(job.model, parts=("code_predictor",)).code_predictor
+                    canonical_hash = model_hash(cp)
+                    del cp
         idx = unit_items(u, n_items, cfg)
         items = (it for _, it in iter_range(spec, idx))
         # free-running draws depend only on (seed, unit): any world size gives the same shards
-        gen = torch.Generator().manual_seed(job.seed + u)
-        kw = dict(source=job.source, config=ecfg, sampling=Sampling(), generator=gen,
-                  extra={"unit": u, "items": [idx.start, idx.stop], "backend": job.backend})
+        gdev = "cpu" if job.backend == "mini" else dev
+        gen = torch.Generator(device=gdev).manual_seed(job.seed + u)
+        extra = {"unit": u, "items": [idx.start, idx.stop], "backend": job.backend,
+                 "device": str(gdev), "dtype": "float32" if job.backend == "mini" else str(dt).removeprefix("torch.")}
+        kw = dict(source=job.source, config=ecfg, sampling=Sampling(), generator=gen, extra=extra)
         if job.backend == "mini":
             man = extract_with(model.code_predictor, model, items, encoder, tmp, model.c0_vocab, **kw)
         else:
-            man = extract_items(model, items, encoder, text_ids, tmp, prompt=prompt, **kw)
+            man = extract_items(model, items, encoder, text_ids, tmp, prompt=prompt, model_hash=canonical_hash, **kw)
         m = json.loads(Path(man).read_text())
         return {"frames": m["frames"], "items": len(idx), "model_hash": m["model_hash"],
                 **m.get("extra", {}).get("dataset_stats", {})}
 
-    res = run_units(job.out, n_units, work, topo, cfg, log)
+    plan = {"dataset": str(Path(job.dataset).resolve()), "split": job.split, "language": job.language,
+            "limit": job.limit, "items": n_items, "source": job.source, "backend": job.backend}
+    res = run_units(job.out, n_units, work, topo, cfg, log, job=plan)
     res.update(units=n_units, items=n_items)
     return res
 
@@ -320,7 +402,7 @@ class DistTrainConfig:
 
 def rank_batches(shard_dir: str | os.PathLike, batch_size: int, seed: int, epoch: int, rank: int, world: int,
                  code_predictor=None):
-    """(stream, n_batches) of process `rank`: the shards rank, rank + world, ... of the extraction,
+    """(stream, n_batches) of process `rank`: its shards of the extraction (`rank_shards`),
     shuffled with a generator seeded by (seed, epoch, rank); full batches only. Memory holds one
     shard at a time, and each process reads only its own shards."""
     import copy
@@ -331,21 +413,55 @@ def rank_batches(shard_dir: str | os.PathLike, batch_size: int, seed: int, epoch
     ds = ShardDataset(shard_dir, batch_size=batch_size, shuffle=True, generator=g, code_predictor=code_predictor,
                       drop_last=True)
     m = copy.deepcopy(ds.manifest)
-    m["shards"] = m["shards"][rank::world]
+    m["shards"] = [m["shards"][i] for i in rank_shards(m["shards"], batch_size, world)[rank]]
     m["frames"] = sum(x["frames"] for x in m["shards"])
     ds.manifest = m  # this process's shards only (ShardDataset iterates manifest["shards"])
     return ds, len(ds)
 
 
-def steps_per_epoch(shard_dir: str | os.PathLike, batch_size: int, world: int) -> int:
-    """Steps every process can take: the smallest per-rank count of full batches (from the manifest)."""
+def rank_shards(shards: list[dict], batch_size: int, world: int) -> list[list[int]]:
+    """Shard indices per rank, balanced by full batches: largest shard first to the rank with the
+    fewest batches so far (ties: lowest rank), each rank's list in manifest order. Every process
+    must take the same number of steps (one all-reduce each), so the smallest rank sets the step
+    count; balancing keeps the batches left over (`train_plan`'s "dropped_batches") below one
+    shard's worth, where a strided split can leave whole shards unused."""
+    batches = [x["frames"] // batch_size for x in shards]
+    order = sorted(range(len(shards)), key=lambda i: (-batches[i], i))
+    load, owned = [0] * world, [[] for _ in range(world)]
+    for i in order:
+        r = min(range(world), key=lambda q: (load[q], q))
+        owned[r].append(i)
+        load[r] += batches[i]
+    return [sorted(o) for o in owned]
+
+
+def train_plan(shard_dir: str | os.PathLike, batch_size: int, world: int) -> dict:
+    """Steps per epoch every process can take, the batches each rank holds, and what is dropped."""
     from rvqspec.measure.extract import read_manifest
 
     shards = read_manifest(shard_dir)["shards"]
     if len(shards) < world:
         raise ScaleError(f"{shard_dir}: {len(shards)} shard files for {world} processes; extract with a smaller "
                          f"--shard-frames so that every process gets at least one")
-    return min(sum(x["frames"] // batch_size for x in shards[r::world]) for r in range(world))
+    per_rank = [sum(shards[i]["frames"] // batch_size for i in idx) for idx in rank_shards(shards, batch_size, world)]
+    steps = min(per_rank)
+    return {"steps_per_epoch": steps, "batches_per_rank": per_rank, "dropped_batches": sum(per_rank) - steps * world,
+            "frames": sum(x["frames"] for x in shards)}
+
+
+def steps_per_epoch(shard_dir: str | os.PathLike, batch_size: int, world: int) -> int:
+    """Steps every process can take: the smallest per-rank count of full batches (from the manifest)."""
+    return train_plan(shard_dir, batch_size, world)["steps_per_epoch"]
+
+
+def per_process_batch(effective_batch: int | None, batch_size: int, world: int) -> int:
+    """The per-process batch: `batch_size`, or effective_batch / world when an effective (global)
+    batch is asked for (the seed trains with 32 on one GPU: effective 32 on 8 processes is 4 each)."""
+    if effective_batch is None:
+        return batch_size
+    if effective_batch < world or effective_batch % world:
+        raise ScaleError(f"--effective-batch {effective_batch} is not a multiple of the {world} processes")
+    return effective_batch // world
 
 
 def train_offsets_distributed(drafter, code_predictor, shard_dir: str | os.PathLike,
@@ -372,9 +488,14 @@ def train_offsets_distributed(drafter, code_predictor, shard_dir: str | os.PathL
     dt = next(code_predictor.parameters()).dtype
     losses: list[float] = []
     step = 0
-    n_steps = steps_per_epoch(shard_dir, cfg.batch_size, world)
+    plan = train_plan(shard_dir, cfg.batch_size, world)
+    n_steps = plan["steps_per_epoch"]
     if n_steps == 0:
         raise ScaleError(f"{shard_dir}: no full batch of {cfg.batch_size} frames for some of the {world} processes")
+    if log and rank == 0:
+        log(f"[rank 0/{world}] batch {cfg.batch_size} per process, effective batch {cfg.batch_size * world}; "
+            f"{n_steps} steps per epoch; batches per rank {plan['batches_per_rank']}, "
+            f"{plan['dropped_batches']} dropped per epoch (every process takes the same number of steps)")
     for epoch in range(cfg.epochs):
         stream, _ = rank_batches(shard_dir, cfg.batch_size, cfg.seed, epoch, rank, world, code_predictor)
         for s, (hidden, codes) in enumerate(stream):
@@ -384,6 +505,11 @@ def train_offsets_distributed(drafter, code_predictor, shard_dir: str | os.PathL
             opt.zero_grad(set_to_none=True)
             loss.backward()
             for p in params:  # DDP's all-reduce: mean of the per-process gradients
+                # Medusa's heads for (p, j) with p + j > 15 never score a target, so autograd leaves
+                # their grad None; zeros keep every process in the same collective (DDP's
+                # find_unused_parameters does the same), and Adam leaves a zero-grad tensor in place
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
                 p.grad = accelerator.reduce(p.grad, reduction="mean")
             opt.step()
             losses.append(float(accelerator.reduce(loss.detach(), reduction="mean")))

@@ -118,3 +118,19 @@ def import_official() -> tuple[types.ModuleType, types.ModuleType]:
             raise ImportError(f"could not import the official qwen_tts modeling code ({exc}); install it with "
                               f"`pip install --no-deps qwen-tts==0.1.1` and `pip install sox`") from exc
     return sys.modules[name], importlib.import_module("qwen_tts.core.models.configuration_qwen3_tts")
+
+
+def qwen3_tts_model_class() -> type:
+    """`qwen_tts.Qwen3TTSModel` (the official user-facing wrapper), imported through the shim above
+    so that it loads without librosa, torchaudio or sox (the 12 Hz path never calls them)."""
+    import_official()
+    with _quiet_fds():
+        from qwen_tts.inference.qwen3_tts_model import Qwen3TTSModel
+    return Qwen3TTSModel
+
+
+def __getattr__(name: str) -> Any:
+    # `from rvqspec import Qwen3TTSModel` (the runbook's snippet) resolves here, on first use only
+    if name == "Qwen3TTSModel":
+        return qwen3_tts_model_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -283,3 +283,73 @@ def merge_eval(out_dir: str | os.PathLike, n_units: int | None = None, meta: dic
     for u in units:
         records += json.loads((out / unit_name(u) / "records.json").read_text())
     return write_table(records, out, meta)
+
+
+# --------------------------------------------------------------------------------------------
+# one official checkpoint behind `rvqspec synthesize` / `rvqspec wer`
+# --------------------------------------------------------------------------------------------
+def is_official_checkpoint(path: str | os.PathLike | None) -> bool:
+    """A published Qwen3-TTS checkpoint directory (it ships `speech_tokenizer/`); the mini model
+    shares the file layout of the weights but not the speech tokenizer."""
+    return path is not None and (Path(path) / "speech_tokenizer" / "config.json").is_file()
+
+
+@dataclass
+class TextItem:
+    """What a synthesizer reads of an evaluation item."""
+
+    text: str
+    language: str             # ISO code (en, de, ...)
+    id: str = "text"
+
+
+def official_synthesizer(model_dir: str | os.PathLike, drafter=None, tree=None, *, seeds: Sequence[int] = (0,),
+                         greedy: bool = False, device=None, dtype=None, speaker: str | None = None,
+                         max_new_tokens: int | None = None) -> "OfficialSynthesizer":
+    """An `OfficialSynthesizer` for a checkpoint directory: text through the checkpoint's own text
+    tokenizer, audio through its `speech_tokenizer/`, the model on `placement(device, dtype)`,
+    speculation through `rvqspec.accelerate`. The frame cap is the checkpoint's
+    generation_config.json `max_new_tokens` unless given (the official wrappers do the same)."""
+    from rvqspec.core.drafters import load_drafter
+    from rvqspec.core.tree import SparseTree
+    from rvqspec.real.datasets import codec_from_spec, text_ids_from_spec
+    from rvqspec.real.distributed import placement
+    from rvqspec.real.official_pipeline import load_official_model, shared_code_predictor
+
+    d = Path(model_dir)
+    dev, dt = placement(device, dtype)
+    gen_path = d / "generation_config.json"
+    gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+    cfg = EvalConfig(seeds=tuple(seeds), speaker=speaker,
+                     max_new_tokens=int(max_new_tokens or gen.get("max_new_tokens", EvalConfig.max_new_tokens)),
+                     subtalker_dosample=not greedy)
+    model = load_official_model(d, dtype=dt, device=dev)
+    ours = shared_code_predictor(model.talker.code_predictor, model.talker)
+    # a cast copy (bf16) has another hash than the float32 weights the drafter was trained for
+    dr = load_drafter(drafter, ours if dt == torch.float32 else None) if drafter else None
+    t = SparseTree.load(tree) if tree else None
+    return OfficialSynthesizer(model, text_ids_from_spec(None, d), codec_from_spec(None, d, device=dev, dtype=dt).decode,
+                               dr, t, cfg)
+
+
+def official_intelligibility(synth: "OfficialSynthesizer", texts: Sequence[str], language: str, recognizer,
+                             system: str = "ar") -> dict:
+    """`rvqspec wer` on an official checkpoint: every text with every seed of `synth.cfg`, one
+    system, scored as `rvqspec.mini.pipeline.intelligibility` scores the mini model (same keys)."""
+    from rvqspec.measure.metrics import score
+
+    clips, refs, hyps, frames, calls = [], [], [], 0, 0
+    for seed in synth.cfg.seeds:
+        for text in texts:
+            out = synth(TextItem(text, language), seed, system)
+            hyp = recognizer.transcribe([out.audio], out.rate, language)[0]
+            n = int(out.codes.shape[0])
+            clip_score = score([text], [hyp], language)
+            clips.append(dict(text=text, seed=seed, hypothesis=hyp, frames=n, tokens_per_call=15 * n / max(out.calls, 1),
+                              wer=clip_score["wer"], cer=clip_score["cer"]))
+            refs.append(text)
+            hyps.append(hyp)
+            frames, calls = frames + n, calls + out.calls
+    total = score(refs, hyps, language)
+    return dict(language=language, n=len(clips), wer=total["wer"], cer=total["cer"], system=system,
+                tokens_per_call=15 * frames / max(calls, 1), clips=clips)
