@@ -24,6 +24,7 @@ _EXPORTS = {
     "CompiledCodePredictor": "rvqspec.core.compiled",
     "CompileConfig": "rvqspec.core.compiled",
     "accelerate": "rvqspec.real.official_pipeline",
+    "stream": "rvqspec.real.stream",
 }
 
 __all__ = sorted(_EXPORTS)
