@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
             tree: Optional[Path] = typer.Option(None, "--tree", help="Tree JSON (default: committed, see --budget)."),
             budget: Optional[int] = typer.Option(None, "--budget", help="Tree size N of the committed tree."),
             repeats: int = typer.Option(2, "--repeats", help="Passes over the benchmark sentences."),
+            sentences: int = typer.Option(4, "--sentences", help="How many of the benchmark sentences (1-4)."),
             chunk_frames: int = typer.Option(4, "--chunk-frames", help="Frames (80 ms) per decoded chunk."),
             threaded: bool = typer.Option(False, "--threaded/--sequential",
                                           help="Frame loop in a producer thread, codec decoding overlapping it."),
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
         from rvqspec.core.sampling import Sampling
         from rvqspec.core.speculative import SpeculativeCodePredictor
         from rvqspec.core.tree import SparseTree
-        from rvqspec.mini.bench_stream import SEED_TOKENS_PER_CALL, bench_stream, full_size_projection
+        from rvqspec.mini.bench_stream import SEED_TOKENS_PER_CALL, SENTENCES, bench_stream, full_size_projection
         from rvqspec.mini.pipeline import MiniTTS, default_data_dir
         from rvqspec.mini.stream import StreamConfig
 
@@ -80,6 +81,8 @@ def register(app: typer.Typer) -> None:
             torch.set_num_threads(threads)
         if repeats < 1 or chunk_frames < 1:
             _fail(f"--repeats and --chunk-frames must be >= 1, got {repeats} and {chunk_frames}")
+        if not 1 <= sentences <= len(SENTENCES):
+            _fail(f"--sentences must lie in [1, {len(SENTENCES)}], got {sentences}")
         try:
             sampling = Sampling.greedy() if greedy else Sampling(True, top_k, top_p, temperature)
         except ValueError as e:
@@ -98,11 +101,12 @@ def register(app: typer.Typer) -> None:
             spec = SpeculativeCodePredictor(tts.code_predictor, load_drafter(drafter), SparseTree.load(tree))
         except (OSError, ValueError) as e:
             _fail(str(e).splitlines()[0])
-        res = bench_stream(tts, spec, repeats=repeats, config=StreamConfig(chunk_frames=chunk_frames, threaded=threaded),
+        res = bench_stream(tts, spec, SENTENCES[:sentences], repeats=repeats, config=StreamConfig(chunk_frames=chunk_frames, threaded=threaded),
                            seed=seed, sampling=sampling)
         res["config"] = {"model": str(tts.model_dir), "drafter": str(drafter), "tree": str(tree),
                          "tree_nodes": len(SparseTree.load(tree).paths), "chunk_frames": chunk_frames,
                          "threaded": threaded, "threads": torch.get_num_threads(), "repeats": repeats,
+                         "sentences": [t for t, _ in SENTENCES[:sentences]],
                          "sampling": {"do_sample": sampling.do_sample, "top_k": sampling.top_k,
                                       "top_p": sampling.top_p, "temperature": sampling.temperature}}
         if full_size:

@@ -144,7 +144,8 @@ def bench_stream(tts, spec, sentences: Sequence[tuple[str, str]] = SENTENCES, re
 
 def full_size_projection(tokens_per_call: dict[str, float], name: str = "0.6b", budget: int = BUDGET,
                          dtype: torch.dtype = torch.float32, repeats: int = 10, warmup: int = 3,
-                         chunk_frames: int = StreamConfig.chunk_frames, seed: int = 0) -> dict:
+                         chunk_frames: int = StreamConfig.chunk_frames, seed: int = 0,
+                         configs: tuple[TalkerConfig, CodePredictorConfig] | None = None) -> dict:
     """Random-weight full-size talker + code predictor: median time of a talker step (q = 1 at
     position 64), a predictor step (q = 1) and a verify call (q = budget + 1), interleaved, and
     per acceptance source the projected stream:
@@ -153,9 +154,10 @@ def full_size_projection(tokens_per_call: dict[str, float], name: str = "0.6b", 
         spec frame = talker + step (the q = 2 prefill, timed as a step) + (15 / tpc - 1) * verify
         rtf = frame / 80 ms,  ttfa = chunk_frames * frame (codec not included)
 
-    tokens_per_call: label -> tokens per call (e.g. {"seed 000 Table 2 (iii)": 2.47})."""
+    tokens_per_call: label -> tokens per call (e.g. {"seed 000 Table 2 (iii)": 2.47}); `configs`
+    overrides the preset (smoke tests)."""
     torch.manual_seed(seed)
-    tcfg, ccfg = TalkerConfig.from_name(name), CodePredictorConfig.from_name(name)
+    tcfg, ccfg = configs or (TalkerConfig.from_name(name), CodePredictorConfig.from_name(name))
     talker = CodeDecoder(tcfg).to(dtype).eval()
     cp = MultiCodeDecoder(ccfg).to(dtype).eval()
     L, P = 128, 64
@@ -194,7 +196,7 @@ def full_size_projection(tokens_per_call: dict[str, float], name: str = "0.6b", 
                 ts[k].append(time.perf_counter() - t0)
     med = {k: 1e3 * statistics.median(v) for k, v in ts.items()}
     ar_frame = med["talker_step"] + NUM_CODES * med["predictor_step"]
-    out = {"model": name, "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
+    out = {"model": name if configs is None else "custom", "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
            "budget": budget, "verify_q": q, "repeats": repeats, "weights": "random",
            "measured_ms": {k: round(v, 3) for k, v in med.items()},
            "ar": _projected(ar_frame, NUM_CODES, chunk_frames, "measured per-call times, AR: 15 predictor calls"),
