@@ -148,3 +148,18 @@ def test_cuda_talker_step_and_round_capture():
     assert g.captured and h.shape == (1, 1, 48) and torch.isfinite(h).all()
     r = capture_spec_round(tiny_cp("cuda"), TREE)
     assert r.captured and all(torch.isfinite(o).all() for o in r() if o.is_floating_point())
+
+
+def test_bench_cuda_graphs_cli_bad_input_is_one_line():
+    from typer.testing import CliRunner
+
+    from rvqspec.cli import app
+
+    cases = [(["--dtype", "fp16", "--device", "cpu"], "--dtype"), (["--device", "tpu"], "--device"),
+             (["--model", "9b", "--device", "cpu"], "--model")]
+    if not CUDA:
+        cases.append(([], "torch.cuda.is_available() is False"))
+    for args, word in cases:
+        r = CliRunner().invoke(app, ["bench", "cuda-graphs", *args])
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and word in lines[0], (args, r.output)
