@@ -121,3 +121,15 @@ def test_bad_stream_config(tts):
                       (dict(crossfade=10_000), "crossfade")]:
         with pytest.raises(ValueError, match=word):
             StreamingDecoder(tts.codec, StreamConfig(**bad))
+
+
+def test_top_level_stream_dispatches_to_the_mini_pipeline(tts, codes):
+    import rvqspec
+
+    text, lang = SENTENCES[0]
+    tr = StreamTrace()
+    chunks = list(rvqspec.stream(tts, text, lang, chunk_frames=2, seed=0, trace=tr))
+    assert torch.equal(tr.codes, codes[0])
+    assert chunks[0].frames == 2 and sum(len(c.audio) for c in chunks) == len(codes[0]) * tts.codec.config.hop
+    with pytest.raises(ValueError, match="text"):
+        rvqspec.stream(tts)
