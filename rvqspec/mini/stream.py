@@ -56,10 +56,10 @@ class StreamConfig:
     lookahead_columns: int = 4     # columns held back: a sample needs the columns within n_fft / 2
     crossfade: int = 320           # samples blended from the previous window's estimate into the new one
     # Griffin-Lim iterations per window; None: the codec's (48). Columns carried over start from the
-    # previous window's phase, so fewer iterations suffice: on 3 mini sentences the log-mel distance
-    # to the whole decode was 0.70 / 1.21 / 1.14 dB at 16 and 0.64 / 1.08 / 1.04 dB at 48, against
-    # 0.62 / 1.04 / 1.04 dB between two whole decodes that differ only in their initial phase, at a
-    # third of the decoding time (chunks of 4 frames, context 16)
+    # previous window's phase, so fewer iterations suffice: on the 4 benchmark sentences the log-mel
+    # distance to the whole decode was 1.10-1.21 dB at 16 and 0.99-1.08 dB at 48, against 0.96-1.07 dB
+    # between two whole decodes that differ only in their initial phase (chunks of 4 frames;
+    # scripts/stream_tolerance.py, data/mini/bench/stream_tolerance.json)
     griffin_lim_iters: int | None = 16
     peak_limit: bool = True        # the causal peak gain (module docstring); False: raw Griffin-Lim samples
     threaded: bool = False         # run the frame loop in a producer thread (decoding overlaps it)
