@@ -17,6 +17,17 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def _shown(p: Path) -> str:
+    """A path as written into committed results: relative to the repository when inside it."""
+    from rvqspec.mini.pipeline import default_data_dir
+
+    root = default_data_dir().parents[1]
+    try:
+        return str(Path(p).resolve().relative_to(root))
+    except ValueError:
+        return str(p)
+
+
 def default_spec_files(data: Path, budget: Optional[int]) -> tuple[Path, Path]:
     """The committed drafter and tree the bench uses when none is named: the first drafter of
     DRAFTER_PREFERENCE that is committed, and its tree at `budget`, else at the N that the
@@ -103,7 +114,7 @@ def register(app: typer.Typer) -> None:
             _fail(str(e).splitlines()[0])
         res = bench_stream(tts, spec, SENTENCES[:sentences], repeats=repeats, config=StreamConfig(chunk_frames=chunk_frames, threaded=threaded),
                            seed=seed, sampling=sampling)
-        res["config"] = {"model": str(tts.model_dir), "drafter": str(drafter), "tree": str(tree),
+        res["config"] = {"model": _shown(tts.model_dir), "drafter": _shown(drafter), "tree": _shown(tree),
                          "tree_nodes": len(SparseTree.load(tree).paths), "chunk_frames": chunk_frames,
                          "threaded": threaded, "threads": torch.get_num_threads(), "repeats": repeats,
                          "sentences": [t for t, _ in SENTENCES[:sentences]],
@@ -116,7 +127,7 @@ def register(app: typer.Typer) -> None:
             acc = data / "bench" / "acceptance.json"
             try:
                 tpc = json.loads(acc.read_text())["drafters"]["offsets"]["by_language"]["en"][str(BUDGET)]
-                sources[f"{acc} offsets en N={BUDGET} (mini, measured)"] = float(tpc["tokens_per_call"])
+                sources[f"{_shown(acc)} offsets en N={BUDGET} (mini, measured)"] = float(tpc["tokens_per_call"])
             except (OSError, KeyError, ValueError, TypeError):
                 pass  # the seed's figure alone
             res["full_size"] = full_size_projection(sources, budget=BUDGET, chunk_frames=chunk_frames)

@@ -23,7 +23,7 @@ cannot equal it sample for sample; the stated tolerance is spectral: the log-mel
 stays within 1.5x the distance between two whole-utterance decodes that differ only in their
 initial phase, plus 0.5 dB (`tests/test_stream.py`, with a negative control that must fail).
 The whole-utterance decoder scales the waveform down by 0.99 / peak when its peak passes 0.99
-(measured unscaled peaks of mini utterances: 0.55 to 2.2), which needs the whole signal; the stream
+(Griffin-Lim output of mini utterances often does), which needs the whole signal; the stream
 applies the causal form of that rule, the gain for the largest peak so far, ramped across each chunk
 (and limits samples to +-0.99 where a ramp still overshoots), so its level matches the whole decode
 from the utterance's loudest chunk on and can be louder before it.
