@@ -31,6 +31,8 @@ def test_bench_stream_json_counts_calls(tmp_path):
         frames, audio = res[mode]["frames"], res[mode]["audio_s"]
         assert audio == pytest.approx(frames / FRAME_RATE)
         assert res[mode]["talker_calls_per_audio_s"] == pytest.approx((frames + 1) / audio, abs=0.01)
+        # calls counted at the decoder stack = calls the decoder reports (prefill + rounds, or 15 per frame)
+        assert res[mode]["predictor_calls"] == res[mode]["predictor_calls_reported"]
     assert res["ar"]["predictor_calls_per_audio_s"] == pytest.approx(15 * FRAME_RATE)  # the seed's 187.5
     assert res["spec"]["predictor_calls_per_audio_s"] < 15 * FRAME_RATE  # some drafts were accepted
     assert res["spec"]["tokens_per_call"] > 1.0 and res["ar"]["tokens_per_call"] == 1.0

@@ -92,6 +92,7 @@ def run_stream(tts, text: str, lang: str, inner, config: StreamConfig, seed: int
     return {"text": text, "lang": lang, "frames": frames, "audio_s": audio_s, "wall_s": wall,
             "ttfa_ms": 1e3 * (first if first is not None else wall), "rtf": wall / audio_s,
             "talker_calls": clock["talker_calls"], "predictor_calls": clock["predictor_calls"],
+            "predictor_calls_reported": tr.stats.inner_calls,  # the decoder's own count, a cross-check
             "host_ms_per_frame": 1e3 * (wall - clock["model_s"]) / frames,
             "tokens_per_call": tr.stats.tokens_per_call,
             "timeline": [{"start_s": c.start / tts.codec.config.sample_rate,
@@ -110,6 +111,8 @@ def summarize(rows: list[dict]) -> dict:
             "rtf_p50": round(_pct(rtf, 50), 4), "rtf_p95": round(_pct(rtf, 95), 4),
             "talker_calls_per_audio_s": round(sum(r["talker_calls"] for r in rows) / audio, 2),
             "predictor_calls_per_audio_s": round(sum(r["predictor_calls"] for r in rows) / audio, 2),
+            "predictor_calls": sum(r["predictor_calls"] for r in rows),
+            "predictor_calls_reported": sum(r["predictor_calls_reported"] for r in rows),
             "calls_per_audio_s": round(sum(r["talker_calls"] + r["predictor_calls"] for r in rows) / audio, 2),
             "host_ms_per_frame": round(sum(r["host_ms_per_frame"] * r["frames"] for r in rows) / frames, 3),
             "tokens_per_call": round(NUM_CODES * frames / max(1, sum(r["predictor_calls"] for r in rows)), 4)}
