@@ -25,6 +25,7 @@ _EXPORTS = {
     "CompileConfig": "rvqspec.core.compiled",
     "accelerate": "rvqspec.real.official_pipeline",
     "Qwen3TTSModel": "rvqspec.real.official",  # qwen_tts.Qwen3TTSModel, importable without librosa
+    "stream": "rvqspec.real.stream",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -48,6 +48,63 @@ def _official(model: Path, drafter, tree, seeds, greedy: bool, device, dtype, sp
         raise typer.Exit(2)
 
 
+PLAYERS = (("aplay", "-q", "-t", "raw", "-f", "FLOAT_LE", "-c", "1", "-r", "{rate}"),
+           ("paplay", "--raw", "--format=float32le", "--channels=1", "--rate={rate}"),
+           ("ffplay", "-nodisp", "-autoexit", "-loglevel", "quiet", "-f", "f32le", "-ar", "{rate}", "-ch_layout", "mono",
+            "-i", "-"))
+
+
+def _player(rate: int):
+    """A raw float32 PCM player on stdin (the first of PLAYERS found on PATH), or None."""
+    import shutil
+    import subprocess
+
+    for cmd in PLAYERS:
+        if shutil.which(cmd[0]):
+            return subprocess.Popen([a.format(rate=rate) for a in cmd], stdin=subprocess.PIPE)
+    return None
+
+
+def _synthesize_stream(tts, text, lang, seed, sampling, inner, out: Path, chunk_frames: int, play: bool) -> None:
+    """Write (and optionally play) the chunks of `rvqspec.stream` as they come; one JSON line at the end."""
+    import os
+
+    import soundfile as sf
+
+    from rvqspec.mini.stream import StreamConfig, StreamTrace, stream_mini
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.name + ".partial")
+    rate = int(tts.codec.config.sample_rate)
+    player = _player(rate) if play else None
+    trace = StreamTrace()
+    n = 0
+    try:
+        with sf.SoundFile(str(part), "w", samplerate=rate, channels=1, format="WAV", subtype="PCM_16") as f:
+            for ch in stream_mini(tts, text, lang, seed=seed, sampling=sampling, inner=inner,
+                                  config=StreamConfig(chunk_frames=chunk_frames), trace=trace):
+                f.write(ch.audio)
+                f.flush()
+                n += len(ch.audio)
+                if player is not None and player.stdin is not None:
+                    player.stdin.write(ch.audio.astype("<f4").tobytes())
+                    player.stdin.flush()
+        os.replace(part, out)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    finally:
+        if player is not None and player.stdin is not None:
+            player.stdin.close()
+            player.wait()
+    first = next((c for c in trace.chunks if c.samples), None)
+    typer.echo(json.dumps(dict(out=str(out), seconds_audio=round(n / rate, 3), frames=trace.stats.frames,
+                               tokens_per_call=round(trace.stats.tokens_per_call, 3), chunks=len(trace.chunks),
+                               ttfa_ms=round(1e3 * first.ready_s, 1) if first else None,
+                               synthesis_seconds=round(trace.chunks[-1].ready_s, 3),
+                               played=player is not None if play else None)))
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def synthesize(text: str = typer.Argument(..., help="Text to speak."),
@@ -65,7 +122,12 @@ def register(app: typer.Typer) -> None:
                    greedy: bool = opt.greedy(),
                    speaker: Optional[str] = typer.Option(None, "--speaker", help=SPEAKER_HELP),
                    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-                   dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP)):
+                   dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
+                   stream: bool = typer.Option(False, "--stream", help="Decode and write audio chunk by chunk while "
+                                               "frames are generated (OUT grows as OUT.partial, renamed when done)."),
+                   chunk_frames: int = typer.Option(4, "--chunk-frames", help="Frames (80 ms) per streamed chunk."),
+                   play: bool = typer.Option(False, "--play", help="With --stream: also play chunks through aplay, "
+                                             "paplay or ffplay when one is installed.")):
         """Synthesize TEXT with the mini model or an official checkpoint and write a WAV file."""
         import soundfile as sf
         import torch
@@ -79,6 +141,9 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("TEXT is empty: nothing to synthesize")
         torch.set_num_threads(threads)
         if is_official_checkpoint(model):
+            if stream:
+                raise typer.BadParameter("--stream: official checkpoints stream through rvqspec.stream(...) "
+                                         "in Python; the command streams the mini model")
             # official checkpoints: the talker samples as its generation config says; --greedy makes
             # the code predictor greedy
             synth = _official(model, drafter, tree, [seed], not sampling.do_sample, device, dtype, speaker)
@@ -91,9 +156,14 @@ def register(app: typer.Typer) -> None:
                                        frames=int(res.codes.shape[0]),
                                        tokens_per_call=round(NUM_CODES * res.codes.shape[0] / max(res.calls, 1), 3))))
             return
+        if chunk_frames < 1:
+            raise typer.BadParameter(f"--chunk-frames must be >= 1, got {chunk_frames}")
         tts = MiniTTS.load(data, model_dir=model)
-        syn = tts.synthesize(text, lang, seed=seed, sampling=sampling,
-                             inner=_inner(tts, drafter, tree, skip_hash_check))
+        inner = _inner(tts, drafter, tree, skip_hash_check)
+        if stream:
+            _synthesize_stream(tts, text, lang, seed, sampling, inner, out, chunk_frames, play)
+            return
+        syn = tts.synthesize(text, lang, seed=seed, sampling=sampling, inner=inner)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")  # a crash leaves no half-written WAV under the real name
         sf.write(str(tmp), syn.audio, syn.sample_rate, format="WAV")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import torch
 
@@ -53,7 +53,6 @@ def codec_vocab_mask(talker: CodeDecoder, codebook_size: int) -> torch.Tensor:
     return m
 
 
-@torch.inference_mode()
 def synthesize_codes(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
                      codebook_size: int, sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
                      inner: FrameCompleter | None = None, talker_sampling: Sampling | None = None,
@@ -62,49 +61,67 @@ def synthesize_codes(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text
     """Free-running synthesis of one utterance: text_ids (T,) long frame-aligned text tokens ->
     codes (T, 16) long. `inner` completes c1..c15 (default: the AR code predictor); `sampling` is
     the code predictor's (subtalker) sampling and `talker_sampling` the talker's (default: same)."""
+    stats = SynthesisStats()
+    codes = torch.empty(text_ids.numel() if text_ids.dim() == 1 else 0, 16, dtype=torch.long)  # (T, 16)
+    for t, frame in iter_frames(talker, code_predictor, text_ids, codebook_size, sampling, generator, inner,
+                                talker_sampling, stats):
+        codes[t] = frame[0]
+        if on_frame is not None:
+            on_frame(t, frame)
+    return codes, stats
+
+
+def iter_frames(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
+                codebook_size: int, sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
+                inner: FrameCompleter | None = None, talker_sampling: Sampling | None = None,
+                stats: SynthesisStats | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+    """The frame loop as a generator: yields (t, frame (1, 16) long) as soon as frame t is complete,
+    which is what streaming synthesis consumes (`rvqspec.mini.stream`). `stats` (updated in place)
+    collects frames, inner calls and the talker / inner time split."""
     if text_ids.dim() != 1 or text_ids.numel() == 0:
         raise ValueError(f"text_ids must be a non-empty (T,) tensor, got shape {tuple(text_ids.shape)}")
     inner = inner or code_predictor
     talker_sampling = talker_sampling or sampling
+    stats = stats if stats is not None else SynthesisStats()
     T = text_ids.numel()
     L = talker.config.text_lead
-    dtype = next(talker.parameters()).dtype
-    stream = text_stream(talker, text_ids.view(1, T), T).to(dtype)  # (1, T + L, E): frame t reads stream[t + L]
-    bos = talker.codec_embed(torch.tensor([[talker.config.codec_bos_id]])).to(dtype)  # (1, 1, E)
-    cache = talker.new_cache(1, L + T)
-    positions = torch.arange(L + T).view(1, L + T)  # (1, L + T): prefix, then one per frame
-    mask = causal_mask(positions, L + T, dtype)  # (1, 1, L + T, L + T)
-    vocab_mask = codec_vocab_mask(talker, codebook_size).to(dtype)  # (V,)
-    codes = torch.empty(T, 16, dtype=torch.long)  # (T, 16)
-    stats = SynthesisStats()
-    if L:  # text tokens 0..L-1 enter first (TalkerConfig.text_lead)
-        pad = talker.codec_embed(torch.tensor([[talker.config.codec_pad_id]])).to(dtype)  # (1, 1, E)
-        talker(stream[:, :L] + pad, positions[:, :L], cache, positions[0, :L], mask[:, :, :L], logits=False)
-    x = stream[:, L:L + 1] + bos  # (1, 1, E)
+    # inference mode is entered per step, not around the generator: a suspended generator must not
+    # leave the caller's code (decoding, playback) running in inference mode
+    with torch.inference_mode():
+        dtype = next(talker.parameters()).dtype
+        stream = text_stream(talker, text_ids.view(1, T), T).to(dtype)  # (1, T + L, E): frame t reads stream[t + L]
+        bos = talker.codec_embed(torch.tensor([[talker.config.codec_bos_id]])).to(dtype)  # (1, 1, E)
+        cache = talker.new_cache(1, L + T)
+        positions = torch.arange(L + T).view(1, L + T)  # (1, L + T): prefix, then one per frame
+        mask = causal_mask(positions, L + T, dtype)  # (1, 1, L + T, L + T)
+        vocab_mask = codec_vocab_mask(talker, codebook_size).to(dtype)  # (V,)
+        if L:  # text tokens 0..L-1 enter first (TalkerConfig.text_lead)
+            pad = talker.codec_embed(torch.tensor([[talker.config.codec_pad_id]])).to(dtype)  # (1, 1, E)
+            talker(stream[:, :L] + pad, positions[:, :L], cache, positions[0, :L], mask[:, :, :L], logits=False)
+        x = stream[:, L:L + 1] + bos  # (1, 1, E)
     for t in range(T):
-        t0 = time.perf_counter()
-        p = L + t
-        h, logits = talker(x, positions[:, p:p + 1], cache, positions[0, p:p + 1], mask[:, :, p:p + 1])
-        c0 = sample_logits(logits[:, -1] + vocab_mask, talker_sampling, generator).view(1, 1)  # (1, 1)
-        t1 = time.perf_counter()
-        out = inner.generate_frame(h[:, -1:], c0, sampling=sampling, generator=generator)
-        rest, spec_stats = out if isinstance(out, tuple) else (out, None)
-        t2 = time.perf_counter()
-        frame = torch.cat([c0, rest.view(1, 15)], dim=1)  # (1, 16)
-        codes[t] = frame[0]
-        stats.frames += 1
-        stats.talker_seconds += t1 - t0
-        stats.inner_seconds += t2 - t1
-        if spec_stats is None:
-            stats.inner_calls += 15
-        else:
-            stats.inner_calls += int(spec_stats.calls)
-            stats.accepted_lengths.extend(int(a) for a in spec_stats.accepted_lengths)
-        if on_frame is not None:
-            on_frame(t, frame)
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            p = L + t
+            h, logits = talker(x, positions[:, p:p + 1], cache, positions[0, p:p + 1], mask[:, :, p:p + 1])
+            c0 = sample_logits(logits[:, -1] + vocab_mask, talker_sampling, generator).view(1, 1)  # (1, 1)
+            t1 = time.perf_counter()
+            out = inner.generate_frame(h[:, -1:], c0, sampling=sampling, generator=generator)
+            rest, spec_stats = out if isinstance(out, tuple) else (out, None)
+            t2 = time.perf_counter()
+            frame = torch.cat([c0, rest.view(1, 15)], dim=1)  # (1, 16)
+            stats.frames += 1
+            stats.talker_seconds += t1 - t0
+            stats.inner_seconds += t2 - t1
+            if spec_stats is None:
+                stats.inner_calls += 15
+            else:
+                stats.inner_calls += int(spec_stats.calls)
+                stats.accepted_lengths.extend(int(a) for a in spec_stats.accepted_lengths)
+        yield t, frame.clone()  # a normal tensor outside inference mode
         if t + 1 < T:
-            x = talker.frame_embedding(frame, code_predictor).to(dtype) + stream[:, L + t + 1:L + t + 2]  # (1, 1, E)
-    return codes, stats
+            with torch.inference_mode():
+                x = talker.frame_embedding(frame, code_predictor).to(dtype) + stream[:, L + t + 1:L + t + 2]  # (1, 1, E)
 
 
 def text_stream(talker: CodeDecoder, text_ids: torch.Tensor, frames: int) -> torch.Tensor:

@@ -318,37 +318,51 @@ class RVQCodec:
             x += self.codebooks[q][codes[:, q]]
         return x * self.std + self.mean
 
-    def decode(self, codes, num_codebooks: int | None = None) -> np.ndarray:
-        """Waveform (T * hop,) float32 at 16 kHz from codes (T, Q) (optionally only the first few)."""
+    def decode(self, codes, num_codebooks: int | None = None, peak_limit: bool = True) -> np.ndarray:
+        """Waveform (T * hop,) float32 at 16 kHz from codes (T, Q) (optionally only the first few);
+        peak_limit=False skips the final scaling to a 0.99 peak (a look at the whole signal)."""
         codes = self.check_codes(codes)
         if num_codebooks is not None:
             codes = codes[:, :num_codebooks]
-        return self.synthesize(self.decode_features(codes))
+        return self.synthesize(self.decode_features(codes), peak_limit=peak_limit)
 
     # -- synthesis --------------------------------------------------------------------------------
-    def synthesize(self, feats: torch.Tensor) -> np.ndarray:
+    def synthesize(self, feats: torch.Tensor, peak_limit: bool = True) -> np.ndarray:
         """Waveform from raw features (T, D): mel -> linear magnitude (pseudo-inverse) -> Griffin-Lim."""
         c = self.config
         T = feats.shape[0]
         lm = feats.reshape(T * c.subframes, c.n_mels)  # (T*S, M) log-mel, sub_hop apart
+        mag = self.magnitude(lm, 0, self.synthesis_columns(T), T * c.subframes)  # (F, n_out)
+        return griffin_lim(mag, c.n_fft, c.synth_hop, self.window, c.griffin_lim_iters, c.griffin_lim_momentum,
+                           T * c.hop, torch.Generator().manual_seed(c.seed), peak_limit)
+
+    def synthesis_columns(self, frames: int) -> int:
+        """Griffin-Lim STFT columns of a `frames`-frame utterance (synth_hop apart, centred)."""
+        return frames * self.config.hop // self.config.synth_hop + 1
+
+    def magnitude(self, lm: torch.Tensor, start: int, stop: int, total_sub: int) -> torch.Tensor:
+        """(F, stop - start) linear STFT magnitude of synthesis columns start..stop-1 from log-mel
+        sub-frames lm (>= the ones those columns read, M per row), for an utterance of `total_sub`
+        sub-frames. Column j reads sub-frames floor(j / up) and the next one (clamped to the
+        utterance's last), and every later step is per column, so any column range computed alone
+        equals the same columns of the whole utterance: that is what streaming decoding relies on
+        (`rvqspec.mini.stream`)."""
+        c = self.config
         # interpolate log-mel to the synthesis hop (finer, 75% overlap makes Griffin-Lim converge better)
         up = c.sub_hop // c.synth_hop
-        n_out = T * c.hop // c.synth_hop + 1
-        pos = torch.arange(n_out, dtype=torch.float32) / up  # (n_out,) in sub-frame units
-        i0 = pos.floor().long().clamp(max=T * c.subframes - 1)
-        i1 = (i0 + 1).clamp(max=T * c.subframes - 1)
+        pos = torch.arange(start, stop, dtype=torch.float32) / up  # (n,) in sub-frame units
+        i0 = pos.floor().long().clamp(max=total_sub - 1)
+        i1 = (i0 + 1).clamp(max=total_sub - 1)
         w = (pos - i0.float()).clamp(0, 1)[:, None]
-        lm = lm[i0] * (1 - w) + lm[i1] * w  # (n_out, M)
-        mel = (lm.exp() - c.log_floor).clamp_min(0).T  # (M, n_out) mel power; the floor decodes to silence
-        power = (self.fb_pinv @ mel).clamp_min(0) + 1e-10  # (F, n_out) least squares, clipped
+        lm = lm[i0] * (1 - w) + lm[i1] * w  # (n, M)
+        mel = (lm.exp() - c.log_floor).clamp_min(0).T  # (M, n) mel power; the floor decodes to silence
+        power = (self.fb_pinv @ mel).clamp_min(0) + 1e-10  # (F, n) least squares, clipped
         if c.mel_inverse_iters:
             # NNLS by multiplicative updates: power stays >= 0 and fb @ power approaches mel
-            target = self.fb.T @ mel  # (F, n_out)
+            target = self.fb.T @ mel  # (F, n)
             for _ in range(c.mel_inverse_iters):
                 power = power * target / (self.fb.T @ (self.fb @ power) + 1e-12)
-        mag = power.sqrt()
-        return griffin_lim(mag, c.n_fft, c.synth_hop, self.window, c.griffin_lim_iters, c.griffin_lim_momentum,
-                           T * c.hop, torch.Generator().manual_seed(c.seed))
+        return power.sqrt()
 
     # -- files ------------------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike, extra: dict | None = None) -> Path:
@@ -422,9 +436,20 @@ class RVQCodec:
 
 
 def griffin_lim(mag: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor, iters: int, momentum: float,
-                length: int, generator: torch.Generator) -> np.ndarray:
+                length: int, generator: torch.Generator, peak_limit: bool = True) -> np.ndarray:
     """Waveform (length,) float32 whose STFT magnitude approximates mag (F, N); fast Griffin-Lim."""
     phase = torch.rand(mag.shape, generator=generator) * (2 * math.pi)  # (F, N)
+    wav, _ = griffin_lim_from(mag, phase, n_fft, hop, window, iters, momentum, length)
+    peak = wav.abs().max()
+    if peak_limit and peak > 0.99:  # keep within [-1, 1] so writing to 16-bit audio never clips
+        wav = wav * (0.99 / peak)
+    return wav.numpy().astype(np.float32)
+
+
+def griffin_lim_from(mag: torch.Tensor, phase: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor,
+                     iters: int, momentum: float, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fast Griffin-Lim (Perraudin et al. 2013) from an initial phase (F, N): the waveform (length,)
+    and the final complex spectrum (F, N), whose phase can warm-start the next window of a stream."""
     spec = torch.polar(mag, phase)
     prev = torch.zeros_like(spec)
     for _ in range(iters):
@@ -434,10 +459,7 @@ def griffin_lim(mag: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor, i
         prev = est
         spec = mag * torch.exp(1j * torch.angle(accel))
     wav = torch.istft(spec, n_fft, hop_length=hop, window=window, center=True, length=length)
-    peak = wav.abs().max()
-    if peak > 0.99:  # keep within [-1, 1] so writing to 16-bit audio never clips
-        wav = wav * (0.99 / peak)
-    return wav.numpy().astype(np.float32)
+    return wav, spec
 
 
 _REF_FB: dict = {}

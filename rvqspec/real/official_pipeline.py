@@ -175,6 +175,9 @@ class AcceleratedModel:
         self._original = official_cp.generate  # bound method (or the earlier instance attribute)
         self._c0_weight = talker.get_input_embeddings().weight
         self.active = False
+        # called as f(c0 (B,) long, codes (B, 15) long) for every frame the code predictor completes,
+        # in order: what streaming (`rvqspec.real.stream`) decodes while the talker runs on
+        self.frame_listeners: list = []
 
     # ---- patching ---------------------------------------------------------------------------------
     def _install(self) -> None:
@@ -216,7 +219,20 @@ class AcceleratedModel:
     def _fallback(self, reason: str, args, kwargs):
         self.stats.fallbacks += 1
         self.stats.fallback_reasons[reason] = self.stats.fallback_reasons.get(reason, 0) + 1
-        return self._original(*args, **kwargs)
+        out = self._original(*args, **kwargs)
+        if self.frame_listeners:
+            emb = kwargs.get("inputs_embeds")
+            c0 = self.c0_ids(emb[:, 1]) if torch.is_tensor(emb) and emb.dim() == 3 and emb.shape[1] == 2 else None
+            seq = getattr(out, "sequences", out)
+            if c0 is None or not torch.is_tensor(seq):
+                raise AccelerateError(f"accelerate: a frame listener is set but a fallback call ({reason}) gives no "
+                                      "recoverable c0 / codes")
+            self._notify(c0, seq)
+        return out
+
+    def _notify(self, c0: torch.Tensor, codes: torch.Tensor) -> None:
+        for f in self.frame_listeners:
+            f(c0.detach().cpu(), codes.detach().cpu())
 
     def c0_ids(self, emb: torch.Tensor) -> torch.Tensor | None:
         """emb (B, E) -> ids (B,) whose c0-table row equals each embedding exactly, or None."""
@@ -263,6 +279,8 @@ class AcceleratedModel:
         self.stats.accepted_lengths.extend(st.accepted_lengths)
         from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+        if self.frame_listeners:
+            self._notify(c0.view(-1), codes)
         # a normal tensor (generate_frame runs in inference mode); the talker embeds these codes
         return GenerateDecoderOnlyOutput(sequences=codes.clone().to(inputs_embeds.device))
 

@@ -54,3 +54,66 @@ def write_figure(fig, path: str | Path, png: bool = True) -> dict:
         fig.write_image(str(p.with_suffix(".png")))
         out["png"] = str(p.with_suffix(".png"))
     return out
+
+
+def playback_schedule(timeline: list[dict]) -> list[dict]:
+    """Per streamed chunk: when it was ready and when playback needs it, playback starting the moment
+    the first chunk is ready (seconds since the stream started); `late_s` > 0 is an underrun."""
+    if not timeline:
+        raise ValueError("playback_schedule needs at least one chunk")
+    t0 = next((c["ready_s"] for c in timeline if c["seconds"] > 0), timeline[0]["ready_s"])
+    return [dict(c, needed_s=t0 + c["start_s"], late_s=c["ready_s"] - (t0 + c["start_s"])) for c in timeline]
+
+
+def stream_timeline(bench: dict, title: str | None = None):
+    """One streamed sentence (`rvqspec bench stream` JSON, key "timeline"): for AR and speculative
+    decoding, when each chunk was ready against when playback needs it. A point above its dashed
+    line is an underrun (the listener hears a gap)."""
+    import plotly.graph_objects as go
+
+    tl = bench.get("timeline") or {}
+    if not tl:
+        raise ValueError("stream_timeline: the bench result has no 'timeline' (run `rvqspec bench stream`)")
+    fig = go.Figure()
+    colors = {"ar": "#1f77b4", "spec": "#d62728"}
+    for mode, chunks in tl.items():
+        sched = playback_schedule(chunks)
+        late = sum(1 for c in sched if c["late_s"] > 1e-9)
+        x = [c["start_s"] for c in sched]
+        fig.add_trace(go.Scatter(x=x, y=[c["ready_s"] for c in sched], mode="lines+markers",
+                                 name=f"{mode}: chunk ready ({late} late)", line=dict(color=colors.get(mode))))
+        fig.add_trace(go.Scatter(x=x, y=[c["needed_s"] for c in sched], mode="lines",
+                                 name=f"{mode}: playback needs it", line=dict(color=colors.get(mode), dash="dash")))
+    sentence = bench.get("timeline_sentence", "")
+    fig.update_layout(title=title or f"Streaming timeline of one sentence: {sentence!r}",
+                      xaxis=dict(title="position in the audio (s)"),
+                      yaxis=dict(title="wall clock since the request (s)"), template="plotly_white")
+    return fig
+
+
+def calls_budget(bench: dict, title: str | None = None):
+    """Sequential model calls per second of audio (talker + code predictor, stacked) next to the
+    seed's real-time budget, 200 (AR) -> 88 (speculative, 2.47 tokens per call; seed 000 §1): the
+    seed's figures, the measured mini streams, and the full-size projections when present."""
+    import plotly.graph_objects as go
+
+    seed = bench.get("seed_calls_per_audio_s", {"ar": 200.0, "spec": 88.0})
+    bars = [("seed 000 AR", 12.5, seed["ar"] - 12.5), ("seed 000 spec", 12.5, seed["spec"] - 12.5)]
+    for mode in ("ar", "spec"):
+        if mode in bench:
+            bars.append((f"mini {mode} (measured)", bench[mode]["talker_calls_per_audio_s"],
+                         bench[mode]["predictor_calls_per_audio_s"]))
+    full = bench.get("full_size") or {}
+    if full:
+        bars.append(("full-size AR", full["ar"]["talker_calls_per_audio_s"], full["ar"]["predictor_calls_per_audio_s"]))
+        for label, row in full.get("spec", {}).items():
+            bars.append((f"full-size spec ({label})", row["talker_calls_per_audio_s"],
+                         row["predictor_calls_per_audio_s"]))
+    names = [b[0] for b in bars]
+    fig = go.Figure([go.Bar(x=names, y=[b[1] for b in bars], name="talker"),
+                     go.Bar(x=names, y=[b[2] for b in bars], name="code predictor",
+                            text=[f"{b[1] + b[2]:.0f}" for b in bars], textposition="outside")])
+    fig.update_layout(barmode="stack", template="plotly_white",
+                      title=title or "Sequential model calls per second of audio (seed 000: 200 -> 88)",
+                      yaxis=dict(title="model calls per second of audio"))
+    return fig
