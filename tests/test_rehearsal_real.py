@@ -75,8 +75,8 @@ def test_extract_uses_the_checkpoint_tokenizers(world) -> None:
     checkpoint's text tokenizer (the paths that used to be run by no test)."""
     root, model = world
     out = root / "train"
-    r = invoke(["real", "extract", str(model), str(root / "data" / "voxpopuli_en"), "--split", "train",
-                "--out", str(out), "--speaker", "Ryan", "--unit-items", "2"])
+    r = invoke(["real", "extract", "--model", str(model), str(root / "data" / "voxpopuli_en"), "--split", "train",
+                "--out-dir", str(out), "--speaker", "Ryan", "--unit-items", "2"])
     assert r.exit_code == 0, r.output
     m = json.loads((out / "manifest.json").read_text())
     stats = m["extra"]["dataset_stats"]

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
             dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp32."),
             budget: Optional[List[int]] = typer.Option(None, "--budget", help=f"Tree size N (repeatable; default {BUDGET})."),
             calls: int = typer.Option(200, "--calls", help="Timed replays per graph (seed 000 §3.4: 200)."),
-            warmup: int = typer.Option(20, "--warmup"),
+            warmup: int = typer.Option(20, "--warmup", help="Untimed replays first (seed 000 §3.4: 20)."),
             device: str = typer.Option("cuda", "--device", help="cuda (graphs captured) or cpu (eager, a smoke run)."),
             out: Optional[Path] = typer.Option(None, "--out", help="Also write the JSON here (atomically)."),
             as_json: bool = typer.Option(True, "--json/--no-json", help="JSON on stdout (the only output format).")):
@@ -35,8 +35,8 @@ def register(app: typer.Typer) -> None:
         from rvqspec.core.config import CodePredictorConfig, ConfigError, TalkerConfig
         from rvqspec.core.jsonfile import write_json_atomic
         from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
-        from rvqspec.mini.bench_stream import SEED_TOKENS_PER_CALL
         from rvqspec.measure.cuda_graphs import bench_cuda_graphs
+        from rvqspec.mini.bench_stream import SEED_TOKENS_PER_CALL
 
         dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
         if dtype not in dtypes:

@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
+from rvqspec.commands import options as opt
 from rvqspec.commands.bench import bench_app
-from rvqspec.core.defaults import DRAFTER_PREFERENCE, TEMPERATURE, TOP_K, TOP_P
+from rvqspec.core.defaults import DRAFTER_PREFERENCE
 
 
 def _fail(msg: str) -> None:
@@ -65,11 +66,9 @@ def register(app: typer.Typer) -> None:
             full_size: bool = typer.Option(True, "--full-size/--no-full-size",
                                            help="Also project the full-size (0.6B, random weights) architecture."),
             threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: torch's)."),
-            temperature: float = typer.Option(TEMPERATURE, "--temperature"),
-            top_k: int = typer.Option(TOP_K, "--top-k"),
-            top_p: float = typer.Option(TOP_P, "--top-p"),
-            greedy: bool = typer.Option(False, "--greedy"),
-            seed: int = typer.Option(0, "--seed"),
+            temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
+            greedy: bool = opt.greedy(),
+            seed: int = typer.Option(0, "--seed", help="Seed of the sampling generator."),
             out: Optional[Path] = typer.Option(None, "--out", help="Also write the JSON here (atomically)."),
             as_json: bool = typer.Option(True, "--json/--no-json", help="JSON on stdout (the only output format).")):
         """Stream the benchmark sentences with AR and speculative decoding, interleaved; print
@@ -79,7 +78,6 @@ def register(app: typer.Typer) -> None:
 
         from rvqspec.core.drafters import load_drafter
         from rvqspec.core.jsonfile import write_json_atomic
-        from rvqspec.core.sampling import Sampling
         from rvqspec.core.speculative import SpeculativeCodePredictor
         from rvqspec.core.tree import SparseTree
         from rvqspec.mini.bench_stream import SEED_TOKENS_PER_CALL, SENTENCES, bench_stream, full_size_projection
@@ -94,10 +92,7 @@ def register(app: typer.Typer) -> None:
             _fail(f"--repeats and --chunk-frames must be >= 1, got {repeats} and {chunk_frames}")
         if not 1 <= sentences <= len(SENTENCES):
             _fail(f"--sentences must lie in [1, {len(SENTENCES)}], got {sentences}")
-        try:
-            sampling = Sampling.greedy() if greedy else Sampling(True, top_k, top_p, temperature)
-        except ValueError as e:
-            _fail(f"sampling: {e}")
+        sampling = opt.sampling(temperature, top_k, top_p, greedy)
         data = default_data_dir()
         if (drafter is None) != (tree is None):
             d_def, t_def = default_spec_files(data, budget)
