@@ -58,7 +58,11 @@ def register(app: typer.Typer) -> None:
             drafter: Optional[Path] = typer.Option(None, "--drafter"),
             tree: Optional[Path] = typer.Option(None, "--tree"),
             as_json: bool = typer.Option(False, "--json")):
-        """Synthesize each line, transcribe it, report WER and CER (CER is the headline for ja/zh)."""
+        """Synthesize each line, transcribe it, report PER, WER and CER.
+
+        PER (phoneme error rate against espeak-ng's phonemes of the text) is the mini world's
+        headline; it needs a recognizer with a phoneme head (null otherwise). CER is the headline
+        for ja/zh among the text scores."""
         from rvqspec.real.asr import load_recognizer
         from rvqspec.mini.pipeline import MiniTTS, default_data_dir, intelligibility
 
@@ -73,5 +77,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(res, indent=2, ensure_ascii=False))
         else:
-            typer.echo(f"{lang}: n={res['n']} WER={100 * res['wer']:.2f}% CER={100 * res['cer']:.2f}% "
+            per = "n/a (no phoneme head)" if res["per"] is None else f"{100 * res['per']:.2f}%"
+            typer.echo(f"{lang}: n={res['n']} PER={per} WER={100 * res['wer']:.2f}% CER={100 * res['cer']:.2f}% "
                        f"tokens/call={res['tokens_per_call']:.2f}")
