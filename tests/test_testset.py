@@ -44,9 +44,6 @@ def test_no_sentence_comes_from_the_corpus_generator():
     for lang, texts in load_testset().items():
         for t in texts:
             assert (lang, normalize(t, lang)) not in corpus, (lang, t)
-    # the check can fail: a corpus sentence written into a test file would be caught
-    some = next(iter(corpus))
-    assert some in corpus
 
 
 def test_missing_file_is_named(tmp_path):
