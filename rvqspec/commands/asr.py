@@ -106,3 +106,49 @@ def transcribe(
             audio = audio.mean(axis=1).astype(np.float32)
         typer.echo(f"{f}\t{rec.transcribe([audio], rate, language)[0]}")
     sys.stdout.flush()
+
+
+@asr_app.command("testset")
+def testset(
+    recognizer: Optional[Path] = typer.Option(None, "--recognizer", help="mini recognizer dir; default "
+                                                                         "data/mini/recognizer"),
+    codec: Optional[Path] = typer.Option(None, "--codec", help="also score codec resynthesis (codec dir)"),
+    lang: Optional[list[str]] = typer.Option(None, "--lang", help="restrict to these languages (repeatable)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the rows and the command as JSON here"),
+    as_json: bool = typer.Option(False, "--json", help="JSON rows on stdout instead of a table"),
+    threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
+) -> None:
+    """PER/WER/CER on the hand-written test set (data/testset), clean espeak-ng speech and codec resynthesis."""
+    import torch
+
+    from rvqspec.core.jsonfile import write_json_atomic
+    from rvqspec.mini.speech import LANGUAGES
+    from rvqspec.mini.testset import evaluate_testset
+    from rvqspec.real.asr import load_recognizer
+
+    torch.set_num_threads(threads)
+    langs = tuple(lang) if lang else LANGUAGES
+    bad = [x for x in langs if x not in LANGUAGES]
+    if bad:
+        typer.echo(f"--lang {bad[0]!r}: the test set has {', '.join(LANGUAGES)}", err=True)
+        raise typer.Exit(2)
+    if codec is not None and not codec.is_dir():
+        typer.echo(f"--codec {codec}: no such codec directory", err=True)
+        raise typer.Exit(2)
+    try:
+        rec = load_recognizer(recognizer)
+    except FileNotFoundError as exc:
+        typer.echo(str(exc).splitlines()[0], err=True)
+        raise typer.Exit(2)
+    rows = evaluate_testset(rec, codec=codec, languages=langs, progress=not as_json)
+    if out is not None:
+        command = "rvqspec asr testset " + " ".join(
+            f"--{k} {v}" for k, v in (("recognizer", recognizer), ("codec", codec), ("threads", threads)) if v)
+        write_json_atomic(out, {"command": command, "rows": rows}, indent=1, ensure_ascii=False)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1, ensure_ascii=False))
+    else:
+        for r in rows:
+            per = "-" if r["per"] is None else f"{100 * r['per']:.2f}"
+            typer.echo(f"{r['language']:<3} {r['condition']:<6} n={r['n']:<3} PER={per}% "
+                       f"WER={100 * r['wer']:.2f}% CER={100 * r['cer']:.2f}%")

@@ -116,7 +116,8 @@ def evaluate_command(
         typer.echo(json.dumps(res, indent=2))
     else:
         for lang, r in res["intelligibility"].items():
-            typer.echo(f"{lang}: n={r['n']} CER={100 * r['cer']:.1f}% WER={100 * r['wer']:.1f}%")
+            per = "-" if r.get("per") is None else f"{100 * r['per']:.1f}%"
+            typer.echo(f"{lang}: n={r['n']} PER={per} CER={100 * r['cer']:.1f}% WER={100 * r['wer']:.1f}%")
         typer.echo("entropy per codebook (nats, tempered softmax): "
                    + " ".join(f"{e:.2f}" for e in res["depth_entropy"]["softmax"]))
 

@@ -191,7 +191,11 @@ def register(app: typer.Typer) -> None:
             dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
             out: Optional[Path] = opt.out(),
             as_json: bool = opt.as_json()):
-        """Synthesize each line, transcribe it, report WER and CER (CER is the headline for ja/zh)."""
+        """Synthesize each line, transcribe it, report PER, WER and CER.
+
+        PER (phoneme error rate against espeak-ng's phonemes of the text) is the mini world's
+        headline; it needs a recognizer with a phoneme head (null otherwise). CER is the headline
+        for ja/zh among the text scores."""
         import torch
 
         from rvqspec.real.asr import load_recognizer
@@ -214,5 +218,6 @@ def register(app: typer.Typer) -> None:
             tts = MiniTTS.load(data, model_dir=model)
             res = intelligibility(tts, lines, lang, rec, seeds=range(seeds), sampling=sampling,
                                   inner=_inner(tts, drafter, tree, skip_hash_check))
-        opt.emit(res, as_json, out, f"{lang}: n={res['n']} WER={100 * res['wer']:.2f}% "
+        per = "n/a (no phoneme head)" if res.get("per") is None else f"{100 * res['per']:.2f}%"
+        opt.emit(res, as_json, out, f"{lang}: n={res['n']} PER={per} WER={100 * res['wer']:.2f}% "
                                     f"CER={100 * res['cer']:.2f}% tokens/call={res['tokens_per_call']:.2f}")

@@ -85,8 +85,8 @@ def evaluate_mini(tts, recognizer, corpus_dir: str | Path, config: MiniEvalConfi
         if not texts:
             continue
         res = intelligibility(tts, texts, lang, recognizer, seeds=config.seeds, sampling=sampling,
-                               inner=inner, progress=progress)
-        table[lang] = {k: res[k] for k in ("n", "wer", "cer", "tokens_per_call")}
+                              inner=inner, progress=progress)
+        table[lang] = {k: res[k] for k in ("n", "per", "wer", "cer", "tokens_per_call")}
     en = ds.filter(lambda l: l == "en", input_columns="language", keep_in_memory=True).select_columns(["phoneme_frames", "codes"])
     en = en.select(range(min(config.entropy_utterances, len(en))))
     ent = depth_entropy(tts, en["phoneme_frames"], en["codes"], sampling=sampling)

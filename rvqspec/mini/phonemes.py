@@ -176,3 +176,33 @@ class PhonemeTokenizer:
 def phonemize(text: str, lang: str, tokenizer: PhonemeTokenizer) -> tuple[np.ndarray, float]:
     """Synthesis-time text input: ((T,) frame tokens from espeak-ng's timing, duration in seconds)."""
     return tokenizer.phonemize(text, lang)
+
+
+# ------------------------------------------------------------------------- phoneme transcriptions
+# The recognizer's phoneme head and PER (phoneme error rate, the mini world's headline
+# intelligibility figure, issue 14) use espeak-ng's phonemes of the TEXT: segmental phonemes only.
+# Stress marks (' and ,) and Mandarin tone numbers are dropped (prosody, not segments; the hanzi
+# CER still sees tone errors), as are pauses ("_", "_:", "_|", "_!") and voice switches ("(en)").
+_STRESS = "',"
+_PAUSE_CHARS = set("_:|!^")  # a pause is "_" followed by these only ("_j" is ja's palatal glide)
+
+
+def clean_phonemes(names: Sequence[str], lang: str) -> list[str]:
+    """espeak-ng mnemonics -> the segmental phoneme sequence PER is computed on."""
+    out = []
+    for name in names:
+        if not name or name.startswith("(") or (name.startswith("_") and set(name) <= _PAUSE_CHARS):
+            continue
+        name = name.lstrip(_STRESS)
+        if lang == "zh":
+            name = name.rstrip("0123456789")  # cmn tones: "'Au55" -> "Au"
+        if name:
+            out.append(name)
+    return out
+
+
+def text_phonemes(text: str, lang: str) -> list[str]:
+    """The phonemes espeak-ng says for `text` in `lang` (no audio is synthesized)."""
+    from rvqspec.mini.speech import text_to_phonemes
+
+    return clean_phonemes(text_to_phonemes(text, lang), lang)

@@ -104,30 +104,37 @@ class MiniTTS:
 
 
 # per-clip scores kept: the rates, and the edit counts that sum to corpus rates (paired bootstraps)
-CLIP_SCORES = ("wer", "cer", "word_errors", "ref_words", "char_errors", "ref_chars")
+CLIP_SCORES = ("per", "wer", "cer", "phoneme_errors", "ref_phonemes", "word_errors", "ref_words", "char_errors",
+               "ref_chars")
 
 
 def intelligibility(tts: MiniTTS, texts: Sequence[str], language: str, recognizer, seeds: Sequence[int] = (0,),
                     sampling: Sampling = Sampling(), inner: FrameCompleter | None = None,
                     progress: bool = True) -> dict:
-    """Synthesize every text with every seed, transcribe, and score (WER; CER too, the headline for
-    ja/zh as in seed 000 Table 3). Returns corpus-level rates plus per-clip rows."""
+    """Synthesize every text with every seed, transcribe, and score: PER (phoneme error rate against
+    espeak-ng's phonemes of the text, the mini world's headline; None when the recognizer has no
+    phoneme head), WER and CER (CER the headline for ja/zh as in seed 000 Table 3). Returns
+    corpus-level rates plus per-clip rows."""
     from tqdm.auto import tqdm
 
-    from rvqspec.measure.metrics import score
+    from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
 
-    clips, refs, hyps = [], [], []
+    clips, refs, hyps, phons = [], [], [], []
     items = [(t, s) for s in seeds for t in texts]
     for text, seed in tqdm(items, desc=f"synthesize+transcribe {language}", disable=not progress):
         syn = tts.synthesize(text, language, seed=seed, sampling=sampling, inner=inner)
-        hyp = recognizer.transcribe([syn.audio], syn.sample_rate, language)[0]
-        clips.append(dict(text=text, seed=seed, hypothesis=hyp, frames=syn.stats.frames,
+        hyp, ph = transcribe_scored(recognizer, [syn.audio], syn.sample_rate, language)
+        ph = None if ph is None else ph[0]
+        clip_score = intelligibility_score([text], hyp, language, None if ph is None else [ph])
+        clips.append(dict(text=text, seed=seed, hypothesis=hyp[0], frames=syn.stats.frames,
                           tokens_per_call=syn.stats.tokens_per_call, seconds=syn.seconds,
-                          **{k: v for k, v in score([text], [hyp], language).items() if k in CLIP_SCORES}))
+                          **{k: v for k, v in clip_score.items() if k in CLIP_SCORES},
+                          **({} if ph is None else {"phonemes": " ".join(ph)})))
         refs.append(text)
-        hyps.append(hyp)
-    total = score(refs, hyps, language)
+        hyps.append(hyp[0])
+        phons.append(ph)
+    total = intelligibility_score(refs, hyps, language, None if any(p is None for p in phons) else phons)
     frames = sum(c["frames"] for c in clips)
     calls = sum(15 * c["frames"] / c["tokens_per_call"] for c in clips)
-    return dict(language=language, n=len(clips), wer=total["wer"], cer=total["cer"],
+    return dict(language=language, n=len(clips), per=total["per"], wer=total["wer"], cer=total["cer"],
                 tokens_per_call=15 * frames / max(calls, 1e-9), clips=clips)

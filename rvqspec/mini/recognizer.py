@@ -1,4 +1,4 @@
-"""The mini world's speech recognizer: a small character CTC model on log-mel features.
+"""The mini world's speech recognizer: a small CTC model on log-mel features, characters and phonemes.
 
 It measures the intelligibility of synthesized speech offline (no hub weights can be fetched here),
 playing the part that Whisper / Parakeet play in the seed's WER tables (seed 000 Table 3).
@@ -7,10 +7,15 @@ playing the part that Whisper / Parakeet play in the seed's WER tables (seed 000
   normalized per utterance and mel bin, so the absolute level of the audio does not matter.
 * Model: two stride-2 1-D convolutions (10 ms -> 40 ms frames, 25 Hz, still above the ~15
   characters per second that espeak-ng speaks), then residual depthwise-separable convolution
-  blocks (default; a bidirectional GRU stack is the alternative) and a linear CTC head.
+  blocks (default; a bidirectional GRU stack is the alternative) and a linear CTC head; a second
+  linear CTC head over espeak-ng phoneme symbols reads the same encoder (PER, issue 14).
 * Vocabulary: blank + the characters of the normalized training text of all six languages
   (space included for the space-delimited ones; ja/zh text has no spaces after normalization).
   Each language keeps its own character set; decoding for a language only admits its characters.
+* Phonemes: blank + the segmental phoneme mnemonics espeak-ng gives for the training texts
+  (`rvqspec.mini.phonemes.text_phonemes`; stress and tone dropped), per language like the
+  characters. A model trained with `phoneme_weight = 0` (or an artifact from before the phoneme
+  head) has no phoneme head and transcribes characters only.
 * Decoding: greedy CTC (argmax, merge repeats, drop blanks).
 * Training (`train_recognizer`): the `model_train` split of the mini corpus in all six languages,
   augmented by codec resynthesis (encode -> decode with the mini codec, precomputed once for a
@@ -18,7 +23,8 @@ playing the part that Whisper / Parakeet play in the seed's WER tables (seed 000
   noise, speed and SpecAugment perturbations.
 
 Artifact layout (`save_recognizer` / `load_recognizer`): `recognizer.json` (RecognizerConfig),
-`vocab.json` (tokens, per-language character sets), `model.safetensors` (fp16 weights),
+`vocab.json` (tokens, per-language character sets, phoneme tokens and per-language phoneme sets),
+`model.safetensors` (fp16 weights),
 `metrics.json` (training summary).
 """
 from __future__ import annotations
@@ -36,7 +42,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rvqspec.measure.metrics import normalize, score
+from rvqspec.measure.metrics import normalize, phoneme_score, score
+from rvqspec.mini.phonemes import text_phonemes
 
 SAMPLE_RATE = 16000
 BLANK = "<blank>"
@@ -67,6 +74,8 @@ class RecognizerConfig:
     conv_blocks: int = 8
     conv_block_kernel: int = 11
     dropout: float = 0.15
+    # weight of the phoneme CTC loss beside the character loss; 0 trains no phoneme head
+    phoneme_weight: float = 1.0
     # --- training
     epochs: int = 6
     batch_seconds: float = 60.0  # audio seconds per batch (batches are built from similar lengths)
@@ -186,7 +195,7 @@ class ConvBlock(nn.Module):
 class CTCModel(nn.Module):
     """Log-mel (B, n_mels, T) -> CTC log-probabilities (B, T/4, vocab)."""
 
-    def __init__(self, config: RecognizerConfig, vocab_size: int):
+    def __init__(self, config: RecognizerConfig, vocab_size: int, phoneme_vocab_size: int = 0):
         super().__init__()
         c = config
         self.config = config
@@ -208,6 +217,8 @@ class CTCModel(nn.Module):
             raise ValueError(f"RecognizerConfig.encoder must be 'gru' or 'conv', got {c.encoder!r}")
         self.drop = nn.Dropout(c.dropout)
         self.head = nn.Linear(width, vocab_size)
+        # phonemes and characters share the encoder: the phoneme head costs one small matmul
+        self.phoneme_head = nn.Linear(width, phoneme_vocab_size) if phoneme_vocab_size else None
 
     @staticmethod
     def _halve(frames: torch.Tensor) -> torch.Tensor:
@@ -217,6 +228,19 @@ class CTCModel(nn.Module):
         return self._halve(self._halve(frames))
 
     def forward(self, feats: torch.Tensor, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Character CTC log-probabilities (B, T', V) and output lengths (B,)."""
+        out, n = self.encode(feats, frames)
+        return self.head(self.drop(out)).log_softmax(-1), n
+
+    def phoneme_log_probs(self, encoded: torch.Tensor) -> torch.Tensor:
+        """Phoneme CTC log-probabilities (B, T', P) from `encode`'s (B, T', C) output."""
+        if self.phoneme_head is None:
+            raise ValueError("this recognizer has no phoneme head (trained with phoneme_weight=0 or "
+                             "an artifact without phoneme tokens in vocab.json)")
+        return self.phoneme_head(self.drop(encoded)).log_softmax(-1)
+
+    def encode(self, feats: torch.Tensor, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-mel (B, n_mels, T) -> encoder states (B, T', C) and output lengths (B,)."""
         h = self.act(self.conv1(feats))  # (B, C, T/2)
         # zero the outputs past each utterance's end (GELU(bias) there is not 0), so that conv2
         # sees the same zeros as its own padding: batching never changes a member's output
@@ -236,8 +260,7 @@ class CTCModel(nn.Module):
             for block in self.blocks:
                 h = block(h, mask)
             out = h.transpose(1, 2)  # (B, T', C)
-        logits = self.head(self.drop(out))  # (B, T', V)
-        return logits.log_softmax(-1), n
+        return out, n
 
 
 # ----------------------------------------------------------------------------- vocabulary
@@ -247,11 +270,37 @@ class CTCModel(nn.Module):
 class Vocab:
     tokens: list[str]  # index 0 is the CTC blank
     languages: dict[str, str] = field(default_factory=dict)  # language -> its characters
+    # phoneme head: index 0 is the blank; mnemonics are several characters, hence lists
+    phonemes: list[str] = field(default_factory=list)
+    phoneme_languages: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.tokens or self.tokens[0] != BLANK:
             raise ValueError(f"vocab: token 0 must be {BLANK!r}, got {self.tokens[:1]}")
+        if self.phonemes and self.phonemes[0] != BLANK:
+            raise ValueError(f"vocab: phoneme 0 must be {BLANK!r}, got {self.phonemes[:1]}")
         self.index = {t: i for i, t in enumerate(self.tokens)}
+        self.phoneme_index = {p: i for i, p in enumerate(self.phonemes)}
+
+    def with_phonemes(self, phonemes_by_language: dict[str, Sequence[Sequence[str]]]) -> Vocab:
+        """This vocabulary plus a phoneme inventory from (language -> phoneme sequences)."""
+        langs = {lang: sorted({p for seq in seqs for p in seq}) for lang, seqs in sorted(phonemes_by_language.items())}
+        inventory = sorted({p for ps in langs.values() for p in ps})
+        return Vocab(self.tokens, self.languages, [BLANK, *inventory], langs)
+
+    def encode_phonemes(self, phonemes: Sequence[str]) -> list[int]:
+        """Phoneme mnemonics -> ids; symbols outside the inventory are dropped."""
+        return [self.phoneme_index[p] for p in phonemes if p in self.phoneme_index]
+
+    def phoneme_mask(self, language: str) -> torch.Tensor | None:
+        """(P,) bool of the phonemes `language` may emit (blank included), None if unknown."""
+        names = self.phoneme_languages.get(language)
+        if names is None:
+            return None
+        mask = torch.zeros(len(self.phonemes), dtype=torch.bool)
+        mask[0] = True
+        mask[[self.phoneme_index[p] for p in names]] = True
+        return mask
 
     @classmethod
     def build(cls, texts_by_language: dict[str, Sequence[str]]) -> Vocab:
@@ -276,26 +325,37 @@ class Vocab:
         return mask
 
     def to_json(self) -> dict:
-        return {"tokens": self.tokens, "languages": self.languages}
+        out = {"tokens": self.tokens, "languages": self.languages}
+        if self.phonemes:
+            out.update(phonemes=self.phonemes, phoneme_languages=self.phoneme_languages)
+        return out
 
     @classmethod
     def from_json(cls, data: dict, source: str = "vocab.json") -> Vocab:
         if "tokens" not in data:
             raise ValueError(f"{source}: missing key 'tokens'")
-        return cls(list(data["tokens"]), dict(data.get("languages", {})))
+        return cls(list(data["tokens"]), dict(data.get("languages", {})), list(data.get("phonemes", [])),
+                   {k: list(v) for k, v in data.get("phoneme_languages", {}).items()})
+
+
+def _greedy_ids(log_probs: torch.Tensor, lengths: torch.Tensor, allowed: torch.Tensor | None) -> list[list[int]]:
+    if allowed is not None:
+        log_probs = log_probs.masked_fill(~allowed.to(log_probs.device), float("-inf"))
+    best = log_probs.argmax(-1).cpu()  # (B, T)
+    return [[i for i in torch.unique_consecutive(row[:n]).tolist() if i != 0]
+            for row, n in zip(best, lengths.tolist())]
 
 
 def greedy_decode(log_probs: torch.Tensor, lengths: torch.Tensor, vocab: Vocab,
                   allowed: torch.Tensor | None = None) -> list[str]:
     """CTC greedy decoding of (B, T, V) log-probabilities; `allowed` (V,) bool masks the argmax."""
-    if allowed is not None:
-        log_probs = log_probs.masked_fill(~allowed.to(log_probs.device), float("-inf"))
-    best = log_probs.argmax(-1).cpu()  # (B, T)
-    texts = []
-    for row, n in zip(best, lengths.tolist()):
-        ids = torch.unique_consecutive(row[:n]).tolist()
-        texts.append("".join(vocab.tokens[i] for i in ids if i != 0))
-    return texts
+    return ["".join(vocab.tokens[i] for i in ids) for ids in _greedy_ids(log_probs, lengths, allowed)]
+
+
+def greedy_decode_phonemes(log_probs: torch.Tensor, lengths: torch.Tensor, vocab: Vocab,
+                           allowed: torch.Tensor | None = None) -> list[list[str]]:
+    """CTC greedy decoding of (B, T, P) phoneme log-probabilities into mnemonic lists."""
+    return [[vocab.phonemes[i] for i in ids] for ids in _greedy_ids(log_probs, lengths, allowed)]
 
 
 # ----------------------------------------------------------------------------- inference
@@ -311,21 +371,43 @@ class CTCRecognizer:
         self.device = device
         self.batch_seconds = batch_seconds
 
-    @torch.no_grad()
+    @property
+    def has_phonemes(self) -> bool:
+        return self.model.phoneme_head is not None and bool(self.vocab.phonemes)
+
     def transcribe(self, audios: Sequence[np.ndarray], language: str | None = None) -> list[str]:
         """Transcribe 16 kHz mono float32 arrays; batches are formed from similar lengths."""
+        return self.transcribe_both(audios, language, phonemes=False)[0]
+
+    def transcribe_phonemes(self, audios: Sequence[np.ndarray], language: str | None = None) -> list[list[str]]:
+        """Phoneme mnemonics (espeak-ng's symbols) heard in each 16 kHz float32 array."""
+        return self.transcribe_both(audios, language)[1]
+
+    @torch.no_grad()
+    def transcribe_both(self, audios: Sequence[np.ndarray], language: str | None = None,
+                        phonemes: bool = True) -> tuple[list[str], list[list[str]] | None]:
+        """(texts, phoneme lists) from one encoder pass; phoneme lists are None when not asked."""
+        if phonemes and not self.has_phonemes:
+            raise ValueError("this recognizer has no phoneme head; retrain it with phoneme_weight > 0")
         allowed = self.vocab.language_mask(language) if language else None
+        allowed_ph = self.vocab.phoneme_mask(language) if language and phonemes else None
         order = sorted(range(len(audios)), key=lambda i: len(audios[i]))
         out: list[str] = [""] * len(audios)
+        out_ph: list[list[str]] | None = [[] for _ in audios] if phonemes else None
         for batch in _length_batches(order, [len(a) for a in audios],
                                      self.batch_seconds * self.config.sample_rate):
             wave, lengths = _pad([np.asarray(audios[i], np.float32) for i in batch])
             wave, lengths = wave.to(self.device), lengths.to(self.device)
             feats, frames = self.model.features(wave, lengths)
-            log_probs, n = self.model(feats, frames)
+            encoded, n = self.model.encode(feats, frames)  # (B, T', C), (B,)
+            log_probs = self.model.head(encoded).log_softmax(-1)  # (B, T', V)
             for i, text in zip(batch, greedy_decode(log_probs, n, self.vocab, allowed)):
                 out[i] = text.strip()
-        return out
+            if phonemes:
+                ph = self.model.phoneme_log_probs(encoded)  # (B, T', P)
+                for i, seq in zip(batch, greedy_decode_phonemes(ph, n, self.vocab, allowed_ph)):
+                    out_ph[i] = seq
+        return out, out_ph
 
 
 def _pad(audios: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -405,7 +487,7 @@ def load_recognizer(path: str | Path, device: str = "cpu") -> CTCRecognizer:
     config = RecognizerConfig.from_dict(json.loads((path / "recognizer.json").read_text()),
                                         str(path / "recognizer.json"))
     vocab = Vocab.from_json(json.loads((path / "vocab.json").read_text()), str(path / "vocab.json"))
-    model = CTCModel(config, len(vocab.tokens))
+    model = CTCModel(config, len(vocab.tokens), len(vocab.phonemes))
     state = load_file(str(path / "model.safetensors"))
     expected = model.state_dict()
     for key, value in state.items():
@@ -584,10 +666,12 @@ def _lr_at(step: int, progress: float, total: int, config: RecognizerConfig) -> 
 
 def train_on_utterances(train: list[dict], val: list[dict], config: RecognizerConfig,
                         vocab: Vocab | None = None, progress: bool = True) -> tuple[CTCModel, Vocab, dict]:
-    """Train a CTC model on rows {text, language, audio, [codec_audio]}; returns (model, vocab, metrics).
+    """Train a CTC model on rows {text, language, audio, [codec_audio], [phonemes]}; returns
+    (model, vocab, metrics).
 
     `codec_audio`, when present, is a codec-resynthesized copy read instead of `audio` with
-    probability `config.codec_prob` each epoch.
+    probability `config.codec_prob` each epoch. With `config.phoneme_weight > 0` a phoneme head is
+    trained too, on `phonemes` (a mnemonic list) or, where absent, espeak-ng's phonemes of the text.
     """
     from tqdm import tqdm
 
@@ -602,7 +686,17 @@ def train_on_utterances(train: list[dict], val: list[dict], config: RecognizerCo
             by_lang.setdefault(row["language"], []).append(row["text"])
         vocab = Vocab.build(by_lang)
     targets = [vocab.encode(r["text"], r["language"]) for r in train]
-    model = CTCModel(config, len(vocab.tokens))
+    with_phonemes = config.phoneme_weight > 0
+    ph_targets: list[list[int]] = []
+    if with_phonemes:
+        seqs = [r.get("phonemes") or text_phonemes(r["text"], r["language"]) for r in train]
+        if not vocab.phonemes:
+            by_lang_ph: dict[str, list[list[str]]] = {}
+            for row, seq in zip(train, seqs):
+                by_lang_ph.setdefault(row["language"], []).append(seq)
+            vocab = vocab.with_phonemes(by_lang_ph)
+        ph_targets = [vocab.encode_phonemes(seq) for seq in seqs]
+    model = CTCModel(config, len(vocab.tokens), len(vocab.phonemes) if with_phonemes else 0)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     ctc = nn.CTCLoss(blank=0, zero_infinity=True)
     lengths = [len(r["audio"]) for r in train]
@@ -638,10 +732,17 @@ def train_on_utterances(train: list[dict], val: list[dict], config: RecognizerCo
             with torch.no_grad():
                 feats, frames = model.features(wave, wave_len)
                 feats = _spec_augment(feats, frames, config, gen)
-            log_probs, out_len = model(feats, frames)
+            encoded, out_len = model.encode(feats, frames)  # (B, T', C), (B,)
+            log_probs = model.head(model.drop(encoded)).log_softmax(-1)  # (B, T', V)
             tgt = [torch.tensor(targets[i], dtype=torch.long) for i in batch]
             tgt_len = torch.tensor([len(t) for t in tgt])
             loss = ctc(log_probs.transpose(0, 1), torch.cat(tgt), out_len, tgt_len)
+            if with_phonemes:
+                ph_log_probs = model.phoneme_log_probs(encoded)  # (B, T', P)
+                ph_tgt = [torch.tensor(ph_targets[i], dtype=torch.long) for i in batch]
+                ph_len = torch.tensor([len(t) for t in ph_tgt])
+                loss = loss + config.phoneme_weight * ctc(ph_log_probs.transpose(0, 1), torch.cat(ph_tgt),
+                                                          out_len, ph_len)
             # progress = the larger of steps done and time used: on a busy machine the time cap
             # binds first, and the learning rate still anneals to zero by then
             elapsed = (time.monotonic() - start) / 60
@@ -677,6 +778,7 @@ def train_on_utterances(train: list[dict], val: list[dict], config: RecognizerCo
         "loss_curve": [round(float(np.mean(c)), 4) for c in np.array_split(losses, min(10, len(losses)))
                        if len(c)],
         "vocab_size": len(vocab.tokens),
+        "phoneme_vocab_size": len(vocab.phonemes) if with_phonemes else 0,
         "parameters": sum(p.numel() for p in model.parameters()),
     }
     if val:
@@ -684,8 +786,12 @@ def train_on_utterances(train: list[dict], val: list[dict], config: RecognizerCo
         per_lang = {}
         for lang in sorted({r["language"] for r in val}):
             rows = [r for r in val if r["language"] == lang]
-            hyps = recognizer.transcribe([to_float(r["audio"]) for r in rows], lang)
-            per_lang[lang] = _round(score([r["text"] for r in rows], hyps, lang))
+            hyps, ph = recognizer.transcribe_both([to_float(r["audio"]) for r in rows], lang,
+                                                  phonemes=recognizer.has_phonemes)
+            s = score([r["text"] for r in rows], hyps, lang)
+            if ph is not None:
+                s.update(phoneme_score([text_phonemes(r["text"], lang) for r in rows], ph))
+            per_lang[lang] = _round(s)
         metrics["heldout"] = per_lang
     return model, vocab, metrics
 
@@ -730,12 +836,33 @@ def train_recognizer(corpus_dir: str | Path, codec_dir, out_dir: str | Path,
 # ----------------------------------------------------------------------------- evaluation
 
 
+def transcribe_scored(recognizer, audios: Sequence[np.ndarray], sample_rate: int,
+                      language: str) -> tuple[list[str], list[list[str]] | None]:
+    """(texts, phoneme lists or None) from any `rvqspec.real.asr.Recognizer`; phonemes come from
+    recognizers that have a phoneme head (`has_phonemes`, `transcribe_both`)."""
+    if getattr(recognizer, "has_phonemes", False):
+        return recognizer.transcribe_both(audios, sample_rate, language)
+    return recognizer.transcribe(audios, sample_rate, language), None
+
+
+def intelligibility_score(references: Sequence[str], hypotheses: Sequence[str], language: str,
+                          phoneme_hypotheses: Sequence[Sequence[str]] | None = None) -> dict:
+    """`metrics.score` (WER, CER) plus, given phoneme hypotheses, PER against espeak-ng's phonemes
+    of the references (`per` is None without them: a character-only recognizer)."""
+    s = score(references, hypotheses, language)
+    if phoneme_hypotheses is None:
+        s["per"] = None
+    else:
+        s.update(phoneme_score([text_phonemes(r, language) for r in references], phoneme_hypotheses))
+    return s
+
+
 def evaluate_recognizer(recognizer, corpus_dir: str | Path, codec=None, split: str = "eval",
                         languages: Sequence[str] | None = None, max_per_language: int | None = None,
                         progress: bool = True) -> list[dict]:
     """Per-language WER/CER of `recognizer` (an `rvqspec.real.asr.Recognizer`) on a corpus split.
 
-    Rows {split, language, condition, n, wer, cer, error, metric}: condition "clean" is the
+    Rows {split, language, condition, n, wer, cer, per, error, metric}: condition "clean" is the
     espeak-ng audio as stored; with `codec` (an RVQCodec or its directory) each language also gets
     a "codec" row on the same utterances after encode -> decode, i.e. what the codec alone costs.
     """
@@ -755,10 +882,11 @@ def evaluate_recognizer(recognizer, corpus_dir: str | Path, codec=None, split: s
         if codec is not None:
             conditions.append(("codec", resynthesize(codec, conditions[0][1], desc=f"codec {lang}")))
         for condition, audios in conditions:
-            hyps = recognizer.transcribe(audios, SAMPLE_RATE, lang)
-            s = score(refs, hyps, lang)
+            hyps, phonemes = transcribe_scored(recognizer, audios, SAMPLE_RATE, lang)
+            s = intelligibility_score(refs, hyps, lang, phonemes)
             table.append({"split": split, "language": lang, "condition": condition, "n": s["n"],
-                          "wer": s["wer"], "cer": s["cer"], "error": s["error"], "metric": s["metric"]})
+                          "wer": s["wer"], "cer": s["cer"], "per": s["per"], "error": s["error"],
+                          "metric": s["metric"]})
     return table
 
 
@@ -768,9 +896,11 @@ def _language_order(lang: str) -> tuple[int, str]:
 
 
 def format_table(table: Sequence[dict]) -> str:
-    """A fixed-width text table of `evaluate_recognizer` rows (rates in percent)."""
-    lines = [f"{'split':<8} {'lang':<5} {'condition':<9} {'n':>4} {'WER %':>7} {'CER %':>7}  primary"]
+    """A fixed-width text table of `evaluate_recognizer` rows (rates in percent; PER "-" when the
+    recognizer has no phoneme head)."""
+    lines = [f"{'split':<8} {'lang':<5} {'condition':<9} {'n':>4} {'PER %':>7} {'WER %':>7} {'CER %':>7}  primary"]
     for r in table:
-        lines.append(f"{r['split']:<8} {r['language']:<5} {r['condition']:<9} {r['n']:>4} "
+        per = f"{100 * r['per']:>7.2f}" if r.get("per") is not None else f"{'-':>7}"
+        lines.append(f"{r['split']:<8} {r['language']:<5} {r['condition']:<9} {r['n']:>4} {per} "
                      f"{100 * r['wer']:>7.2f} {100 * r['cer']:>7.2f}  {r['metric'].upper()}")
     return "\n".join(lines)

@@ -111,6 +111,8 @@ class _Espeak:
         self.lib.espeak_Synth.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
                                           ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
         self.lib.espeak_Synth.restype = ctypes.c_int
+        self.lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
+        self.lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
         rate = self.lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data_path.encode(),
                                           _INITIALIZE_PHONEME_EVENTS)
         if rate != ESPEAK_RATE:
@@ -156,6 +158,25 @@ class _Espeak:
             return audio, list(self._events)
 
 
+    def text_to_phonemes(self, text: str, voice: str) -> str:
+        """espeak-ng's phoneme mnemonics of `text`, space-separated, without synthesizing audio."""
+        with self.lock:
+            if self._voice != voice:
+                if self.lib.espeak_SetVoiceByName(f"{voice}+{VARIANT}".encode()) != 0:
+                    raise SpeechError(f"espeak-ng has no voice {voice!r}")
+                self._voice = voice
+            buf = ctypes.create_string_buffer(text.encode("utf-8") + b"\0")
+            ptr = ctypes.c_void_p(ctypes.addressof(buf))
+            out = []
+            # each call consumes one clause and advances ptr; NULL once the text is used up.
+            # phonememode: bits 8-23 hold the separator character put between phoneme names
+            while ptr.value:
+                res = self.lib.espeak_TextToPhonemes(ctypes.byref(ptr), _CHARS_UTF8, ord(" ") << 8)
+                if res:
+                    out.append(res.decode("utf-8", "replace"))
+            return " ".join(" ".join(out).split())
+
+
 _ENGINE: _Espeak | None = None
 
 
@@ -170,6 +191,12 @@ def check_language(lang: str) -> str:
     if lang not in VOICES:
         raise ValueError(f"unknown language {lang!r}; the mini world speaks {', '.join(LANGUAGES)}")
     return VOICES[lang]
+
+
+def text_to_phonemes(text: str, lang: str) -> list[str]:
+    """espeak-ng's phoneme mnemonics for `text` in `lang` (no audio; a voice switch shows as "(en)")."""
+    voice = check_language(lang)
+    return _engine().text_to_phonemes(text, voice).split()
 
 
 def synthesize(text: str, lang: str, config: SpeechConfig = SpeechConfig()) -> Utterance:

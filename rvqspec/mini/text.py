@@ -9,7 +9,10 @@ accusative adjectives) rather than by inflecting.
 Japanese is written in kana only (espeak-ng's ja voice does not read kanji); Mandarin in hanzi.
 
 `make_texts(config)` draws every split of `CorpusConfig` (seed 000 Table 1) with DISJOINT texts:
-one pool of unique sentences per language, sliced in a fixed order.
+one pool of unique sentences per language, sliced in a fixed order. A share `broad_fraction` of
+the sentences comes from large frequency word lists instead (`rvqspec.mini.wordlists`), so that
+the recognizer trained on the corpus learns each language's spelling and sound, not the grammar's
+few hundred words (issue 14).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rvqspec.mini.speech import LANGUAGES
+from rvqspec.mini.wordlists import DEFAULT_WORDS, broad_sentence
 
 
 def _pick(rng: np.random.Generator, items):
@@ -542,6 +546,16 @@ def sentence(lang: str, rng: np.random.Generator) -> str:
             return s
 
 
+def draw_sentence(lang: str, rng: np.random.Generator, config: "CorpusConfig") -> str:
+    """A word-list sentence with probability `config.broad_fraction`, else a grammar sentence."""
+    if config.broad_fraction > 0 and rng.random() < config.broad_fraction:
+        while True:
+            s = broad_sentence(lang, rng, config.broad_words)
+            if sentence_length_ok(s, lang):
+                return s
+    return sentence(lang, rng)
+
+
 # ---------------------------------------------------------------------------------------- splits
 # split name -> what it stands for in seed 000 Table 1
 SPLITS: dict[str, str] = {
@@ -565,6 +579,10 @@ class CorpusConfig:
     eval_per_language: int = 80
     languages: tuple[str, ...] = LANGUAGES
     seed: int = 0
+    # share of sentences drawn from the frequency word lists (the rest from the grammars): half
+    # keeps the grammars' fluent sentences for the talker and gives the recognizer open vocabulary
+    broad_fraction: float = 0.5
+    broad_words: int = DEFAULT_WORDS  # ranks of each frequency list the word-list sentences use
     split_languages: dict = field(default_factory=lambda: {
         "model_train": "all", "train": "en", "validation": "en", "calibration": "en", "eval": "all"})
 
@@ -613,7 +631,7 @@ def make_texts(config: CorpusConfig = CorpusConfig()) -> list[TextItem]:
             if attempts > 50 * need + 1000:
                 raise RuntimeError(f"the {lang} grammar gave only {len(pool)} unique sentences of {need} "
                                    "needed; enlarge its word lists or shrink CorpusConfig")
-            s = sentence(lang, rng)
+            s = draw_sentence(lang, rng, config)
             if s not in seen:
                 seen.add(s)
                 pool.append(s)

@@ -61,6 +61,17 @@ class MiniCTCRecognizer:
         audios = [resample(a, sampling_rate, self.sampling_rate) for a in audios]
         return self.model.transcribe(audios, language)
 
+    @property
+    def has_phonemes(self) -> bool:
+        """True when the artifact has a phoneme head (PER can be measured)."""
+        return self.model.has_phonemes
+
+    def transcribe_both(self, audios: Sequence[np.ndarray], sampling_rate: int,
+                        language: str) -> tuple[list[str], list[list[str]]]:
+        """(texts, espeak-ng phoneme lists) from one pass of the recognizer."""
+        audios = [resample(a, sampling_rate, self.sampling_rate) for a in audios]
+        return self.model.transcribe_both(audios, language)
+
 
 class TransformersASR:
     """A local transformers speech-recognition checkpoint (`save_pretrained` directory)."""
