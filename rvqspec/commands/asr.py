@@ -113,10 +113,10 @@ def testset(
     recognizer: Optional[Path] = typer.Option(None, "--recognizer", help="mini recognizer dir; default "
                                                                          "data/mini/recognizer"),
     codec: Optional[Path] = typer.Option(None, "--codec", help="also score codec resynthesis (codec dir)"),
-    lang: Optional[list[str]] = typer.Option(None, "--lang", help="restrict to these languages (repeatable)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write the rows and the command as JSON here"),
-    as_json: bool = typer.Option(False, "--json", help="JSON rows on stdout instead of a table"),
-    threads: int = typer.Option(1, "--threads", help=THREADS_HELP),
+    lang: Optional[list[str]] = opt.langs(None, "Restrict to these languages (repeatable); default: all."),
+    out: Optional[Path] = opt.out(None, "Write the rows and the command as JSON here."),
+    as_json: bool = opt.as_json("JSON rows on stdout instead of a table."),
+    threads: int = opt.threads(),
 ) -> None:
     """PER/WER/CER on the hand-written test set (data/testset), clean espeak-ng speech and codec resynthesis."""
     import torch
@@ -130,10 +130,10 @@ def testset(
     langs = tuple(lang) if lang else LANGUAGES
     bad = [x for x in langs if x not in LANGUAGES]
     if bad:
-        typer.echo(f"--lang {bad[0]!r}: the test set has {', '.join(LANGUAGES)}", err=True)
+        typer.echo(f"error: --lang {bad[0]!r}: the test set has {', '.join(LANGUAGES)}", err=True)
         raise typer.Exit(2)
     if codec is not None and not codec.is_dir():
-        typer.echo(f"--codec {codec}: no such codec directory", err=True)
+        typer.echo(f"error: --codec {codec}: no such codec directory", err=True)
         raise typer.Exit(2)
     try:
         rec = load_recognizer(recognizer)
