@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from rvqspec.commands import options as opt
+from rvqspec.core.jsonfile import portable_path
 
 spade_app = typer.Typer(help="SPADE (seed 001): layer importance, pruning and distillation of the talker.",
                         no_args_is_help=True)
@@ -91,7 +92,7 @@ def importance_cmd(
         wli_texts=texts, wli_seeds=tuple(range(seeds)) if seeds else None))
     tts = MiniTTS.load(d, model_dir=model_dir)
     res = layer_importance(tts, corpus or d / "corpus", load_recognizer(recognizer or d / "recognizer"), cfg, depth)
-    res["model_dir"] = str(model_dir or d / "model")
+    res["model_dir"] = portable_path(model_dir or d / "model")
     res["config"] = dataclasses.asdict(cfg)
     write_json(res, out)
     if html:
@@ -125,7 +126,7 @@ def prune_cmd(
     m = load_qwen3_tts(teacher_dir)
     layers, how = _keep(keep, criterion, importance, depth, m.talker.config.num_hidden_layers)
     student = prune_talker(m.talker, layers)
-    info = dict(keep_layers=layers, selection=how, teacher=str(teacher_dir), distilled=False,
+    info = dict(keep_layers=layers, selection=how, teacher=portable_path(teacher_dir), distilled=False,
                 talker_params=count_parameters(student), teacher_talker_params=count_parameters(m.talker))
     save_student(student, student_code_predictor(m.code_predictor, student), m.config, out, teacher_dir, info)
     _echo(dict(info, out=str(out)), as_json, f"kept layers {layers} ({how}) -> {out}")
@@ -162,7 +163,7 @@ def distill_cmd(
     cfg = dataclasses.replace(DistillConfig(), **_overrides(targets=targets, steps=steps, lr=lr, kd_weight=kd_weight,
                                                             threads=threads))
     res = distill(m.talker, m.code_predictor, layers, corpus or d / "corpus", cfg)
-    info = dict(res.summary(), selection=how, teacher=str(teacher_dir), distilled=True)
+    info = dict(res.summary(), selection=how, teacher=portable_path(teacher_dir), distilled=True)
     save_student(res.student, res.code_predictor, m.config, out, teacher_dir, info)
     write_json(dict(info, history=res.history), out.with_name(out.name + ".history.json"))
     s = res.metrics
