@@ -294,3 +294,49 @@ def all_cmd(
         distill=dataclasses.replace(base.distill, **_overrides(steps=steps)))
     out = run_experiment(cfg)
     _echo(out, as_json, report_markdown(out))
+
+
+@spade_app.command("ablate")
+def ablate_cmd(
+    data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini)"),
+    runs: Path = typer.Option(RUNS / "ablation", help="students, importance and WER caches"),
+    quick: bool = typer.Option(False, help="tiny scale (AblationConfig.quick): a smoke run / the tests"),
+    ratios: Optional[list[float]] = typer.Option(None, help="shares of the layers kept (repeatable; default "
+                                                            "0.75 0.5 0.375)"),
+    wli_texts: Optional[int] = typer.Option(None, help="ImportanceConfig.wli_texts"),
+    wli_seeds: Optional[int] = typer.Option(None, help="seeds for WLI (0..N-1)"),
+    texts: Optional[int] = typer.Option(None, help="evaluation texts (EvalConfig.texts)"),
+    seeds: Optional[int] = typer.Option(None, help="evaluation seeds (0..N-1)"),
+    steps: Optional[int] = typer.Option(None, help="DistillConfig.steps"),
+    timing_texts: Optional[int] = typer.Option(None, help="texts of the interleaved timing (0: none)"),
+    bootstrap: Optional[int] = typer.Option(None, help="paired bootstrap resamples"),
+    threads: Optional[int] = opt.threads(None, "torch CPU threads (default DistillConfig.threads)."),
+    fresh: bool = typer.Option(False, help="recompute importance and students"),
+    out: Path = opt.out(RUNS / "ablation.json", "Results JSON (a markdown table is written beside it)."),
+    as_json: bool = opt.as_json(),
+) -> None:
+    """Pruning ratios and ablations at 50% (seed 001): WER/CER with paired 95% intervals against the teacher."""
+    import dataclasses
+
+    from rvqspec.spade.ablation import AblationConfig, markdown, run_ablation
+    from rvqspec.spade.evaluate import write_json
+
+    if ratios and any(not 0.0 < r <= 1.0 for r in ratios):
+        raise typer.BadParameter(f"--ratios must be in (0, 1], got {ratios}")
+    base = AblationConfig.quick() if quick else AblationConfig()
+    cfg = dataclasses.replace(
+        base, **_overrides(ratios=tuple(ratios) if ratios else None, bootstrap=bootstrap),
+        importance=dataclasses.replace(base.importance, **_overrides(
+            wli_texts=wli_texts, wli_seeds=tuple(range(wli_seeds)) if wli_seeds else None)),
+        eval=dataclasses.replace(base.eval, **_overrides(texts=texts, timing_texts=timing_texts,
+                                                         seeds=tuple(range(seeds)) if seeds else None)),
+        distill=dataclasses.replace(base.distill, **_overrides(steps=steps, threads=threads)))
+    res = run_ablation(data, runs, cfg, progress=not as_json, fresh=fresh)
+    write_json(res, out)
+    table = markdown(res)
+    md = out.with_suffix(".md")
+    from rvqspec.core.jsonfile import atomic_path
+
+    with atomic_path(md) as tmp:
+        tmp.write_text(table)
+    _echo(res, as_json, table + f"\n-> {out}, {md}")

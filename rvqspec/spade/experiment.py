@@ -64,7 +64,7 @@ def find_drafter_and_tree(data_dir: Path, nodes: int = 16) -> tuple[Path | None,
     return None, None
 
 
-def _student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, corpus: Path, out: Path,
+def make_student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, corpus: Path, out: Path,
              teacher_dir: Path, fresh: bool, selection: str) -> dict:
     """Make (or reuse) one student checkpoint; cfg None = pruned only."""
     from rvqspec.spade.distill import distill, save_student, student_code_predictor
@@ -144,7 +144,7 @@ def run_experiment(config: ExperimentConfig = ExperimentConfig(), progress: bool
             "index_targets": (keep_wli, idx, "wli")}
     if keep_cos != keep_wli:
         plan["cosine_selection"] = (keep_cos, dyn, "cosine")
-    students = {name: _student(name, teacher, keep, cfg, corpus, runs / name, teacher_dir, c.fresh, sel)
+    students = {name: make_student(name, teacher, keep, cfg, corpus, runs / name, teacher_dir, c.fresh, sel)
                 for name, (keep, cfg, sel) in plan.items()}
 
     # 3. evaluation
