@@ -340,3 +340,65 @@ def ablate_cmd(
     with atomic_path(md) as tmp:
         tmp.write_text(table)
     _echo(res, as_json, table + f"\n-> {out}, {md}")
+
+
+@spade_app.command("combined")
+def combined_cmd(
+    student: Path = typer.Option(..., help="Pruned (SPADE) checkpoint folder."),
+    model: Optional[Path] = opt.model(None, "Teacher model folder (default DATA/model)."),
+    drafter: Optional[Path] = opt.drafter(None, "Drafter .safetensors (default: found under DATA/drafters)."),
+    tree: Optional[Path] = opt.tree(None, "Tree JSON (default: found under DATA/trees)."),
+    data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini)"),
+    lang: str = opt.lang(),
+    texts: int = typer.Option(4, help="held-out texts timed (eval split)"),
+    reps: int = typer.Option(3, help="interleaved repetitions (the fastest per text counts)"),
+    acceptance: Optional[Path] = typer.Option(None, help="`bench acceptance` JSON: also recompute the full-size "
+                                                         "projection with its tokens per call"),
+    acceptance_drafter: Optional[str] = typer.Option(None, help="drafter entry of --acceptance (default: the "
+                                                                "preferred one present)"),
+    timings: Path = typer.Option(Path("data/spade/results.json"), help="projection timings: a `spade project` "
+                                                                       "JSON or a results.json with 'projection'"),
+    threads: int = opt.threads(),
+    out: Path = opt.out(RUNS / "combined.json", "Results JSON."),
+    as_json: bool = opt.as_json(),
+) -> None:
+    """Pruned talker + speculative code predictor against the teacher with AR, timed interleaved in one run."""
+    import torch
+
+    from rvqspec.core.jsonfile import read_json
+    from rvqspec.spade.combined import combined_benchmark, projection_from_acceptance
+    from rvqspec.spade.evaluate import write_json
+    from rvqspec.spade.experiment import find_drafter_and_tree
+    from rvqspec.spade.importance import heldout_texts
+
+    torch.set_num_threads(threads)
+    d = _data(data)
+    for p in (student, model, drafter, tree, acceptance):
+        if p is not None and not p.exists():
+            raise typer.BadParameter(f"{p}: no such file or folder")
+    if texts < 1 or reps < 1:
+        raise typer.BadParameter(f"--texts and --reps must be >= 1, got {texts} and {reps}")
+    if drafter is None and tree is None:
+        drafter, tree = find_drafter_and_tree(d)
+    proj = None
+    if acceptance is not None:  # cheap input checks before the timed run
+        tm = read_json(timings, ValueError, "no such timings JSON")
+        tm = tm.get("projection", tm) if isinstance(tm, dict) else tm
+        if not isinstance(tm, dict):
+            raise typer.BadParameter(f"{timings}: not a projection JSON")
+        proj = projection_from_acceptance(tm, read_json(acceptance, ValueError, "no such acceptance JSON"),
+                                          acceptance_drafter)
+        proj["acceptance"]["file"] = portable_path(acceptance)
+        proj["timings_file"] = portable_path(timings)
+    res = combined_benchmark(model or d / "model", student, drafter, tree,
+                             heldout_texts(d / "corpus", "eval", lang, texts), d, lang, reps)
+    res.update(threads=threads, projection=proj)
+    write_json(res, out)
+    lines = [f"{r['name']}: {r['talker_layers']} layers, RTF {r['rtf']:.3f}, {r['ms_per_frame']:.1f} ms/frame "
+             f"(talker {r['talker_ms_per_frame']:.1f} + inner {r['inner_ms_per_frame']:.1f}), "
+             f"{r['speedup_vs_teacher_ar']:.2f}x vs teacher / AR" for r in res["rows"]]
+    if proj:
+        from rvqspec.spade.evaluate import projection_table
+
+        lines += ["", projection_table(proj)]
+    _echo(res, as_json, "\n".join(lines) + f"\n-> {out}")
