@@ -127,6 +127,17 @@ def _recipe_dir(runs: Path, v: dict) -> Path:
     return runs / "students" / f"keep{'-'.join(map(str, v['keep']))}_{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
+def _link(link: Path, target: Path) -> None:
+    """runs/.../variants/<name> -> the recipe's student folder (a stable name for `spade combined`)."""
+    import os
+
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.tmp-link")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(os.path.relpath(target, link.parent), target_is_directory=True)
+    os.replace(tmp, link)
+
+
 def run_ablation(data_dir: str | Path | None = None, runs_dir: str | Path = "runs/spade/ablation",
                  config: AblationConfig = AblationConfig(), progress: bool = True, fresh: bool = False) -> dict:
     """The whole table (see the module docstring); returns the JSON-ready result."""
@@ -169,6 +180,7 @@ def run_ablation(data_dir: str | Path | None = None, runs_dir: str | Path = "run
         d = _recipe_dir(runs, v)
         students[name] = dict(make_student(name, teacher, v["keep"], v["distill"], corpus, d, teacher_dir, fresh,
                                            v["selection"]), dir=d)
+        _link(runs / "variants" / name, d)
 
     # 3. WER/CER of every variant on the same texts x seeds (no timing here: see 4)
     first = {}  # student folder -> the first variant that uses it (equal recipes are scored once)
