@@ -386,3 +386,17 @@ def test_cosine_per_utterance_sums_to_the_corpus_mean():
     assert sums.shape == (4, text.shape[0]) and torch.equal(frames, valid.sum(-1))
     torch.testing.assert_close(torch.tensor(cosine_importance(talker, cp, text, codes, valid), dtype=sums.dtype),
                                sums.sum(-1) / frames.sum())
+
+
+def test_importance_figure_draws_the_bootstrap_intervals():
+    from rvqspec.spade.importance import importance_figure
+
+    res = dict(wli=dict(baseline=dict(wer=0.1), layers=[dict(layer=i, d_wer=0.1 * i, d_cer=0.0) for i in range(3)]),
+               cosine=dict(scores=[0.1, 0.2, 0.3]), depth=2, keep=dict(wli=[1, 2], cosine=[1, 2], random=[0, 2]))
+    assert importance_figure(res).data[0].error_y.array is None  # no bootstrap: no bars invented
+    res["bootstrap"] = dict(wli=dict(scores=[0.0, 0.1, 0.2], ci95=[[-0.1, 0.05], [0.05, 0.2], [0.1, 0.25]],
+                                     same_keep_share=0.8))
+    fig = importance_figure(res)
+    assert fig.data[0].error_y.array == pytest.approx((5.0, 10.0, 5.0))
+    assert fig.data[0].error_y.arrayminus == pytest.approx((10.0, 5.0, 10.0))
+    assert "80% of resamples" in fig.layout.title.text

@@ -222,20 +222,33 @@ def layer_importance(tts, corpus_dir: str | Path, recognizer, config: Importance
 
 
 def importance_figure(result: dict):
-    """Plotly figure: WLI (WER and CER increase, %) and cosine importance per layer, side by side."""
+    """Plotly figure: WLI (WER and CER increase, %) and cosine importance per layer, side by side,
+    with the bootstrap 95% intervals as error bars when `result` has them."""
     from plotly.subplots import make_subplots
 
     w, c = result["wli"], result["cosine"]
+    boot = result.get("bootstrap") or {}
+
+    def err(crit: str, scale: float):
+        b = boot.get(crit)
+        if not b:
+            return None
+        return dict(type="data", symmetric=False, array=[scale * (hi - s) for s, (lo, hi) in zip(b["scores"], b["ci95"])],
+                    arrayminus=[scale * (s - lo) for s, (lo, hi) in zip(b["scores"], b["ci95"])])
     layers = [r["layer"] for r in w["layers"]]
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
         f"WLI: error increase when the layer is removed (base WER {100 * w['baseline']['wer']:.1f}%)",
         "cosine: 1 - cos(layer input, output)"))
-    fig.add_bar(x=layers, y=[100 * r["d_wer"] for r in w["layers"]], name="WER increase (pts)", row=1, col=1)
+    fig.add_bar(x=layers, y=[100 * r["d_wer"] for r in w["layers"]], name="WER increase (pts)", row=1, col=1,
+                error_y=err("wli", 100.0))
     fig.add_bar(x=layers, y=[100 * r["d_cer"] for r in w["layers"]], name="CER increase (pts)", row=1, col=1)
-    fig.add_bar(x=list(range(len(c["scores"]))), y=c["scores"], name="1 - cosine", row=1, col=2)
+    fig.add_bar(x=list(range(len(c["scores"]))), y=c["scores"], name="1 - cosine", row=1, col=2, error_y=err("cosine", 1.0))
     keep = result.get("keep", {})
+    stab = "; ".join(f"{k} keeps the same layers in {100 * b['same_keep_share']:.0f}% of resamples"
+                     for k, b in boot.items() if k in ("wli", "cosine"))
     fig.update_xaxes(title_text="talker layer", dtick=1)
     fig.update_yaxes(title_text="percentage points", row=1, col=1)
     fig.update_layout(title=f"Talker layer importance (seed 001); kept at depth {result.get('depth')}: "
-                            f"WLI {keep.get('wli')}, cosine {keep.get('cosine')}", barmode="group", height=420)
+                            f"WLI {keep.get('wli')}, cosine {keep.get('cosine')}, random {keep.get('random')}"
+                            + (f"<br><sub>{stab}</sub>" if stab else ""), barmode="group", height=440)
     return fig
