@@ -400,3 +400,15 @@ def test_importance_figure_draws_the_bootstrap_intervals():
     assert fig.data[0].error_y.array == pytest.approx((5.0, 10.0, 5.0))
     assert fig.data[0].error_y.arrayminus == pytest.approx((10.0, 5.0, 10.0))
     assert "80% of resamples" in fig.layout.title.text
+
+
+def test_bootstrap_importance_says_when_one_clip_is_too_few():
+    from rvqspec.spade.importance import bootstrap_importance, importance_figure
+
+    imp = dict(wli=dict(clips=dict(ref_words=[5], ref_chars=[20], base_word_errors=[1], base_char_errors=[2],
+                                   word_errors=[[2], [1]], char_errors=[[3], [2]]),
+                        baseline=dict(wer=0.2), layers=[dict(layer=i, d_wer=0.0, d_cer=0.0) for i in range(2)]),
+               cosine=dict(scores=[0.1, 0.2], per_utterance=dict(sums=[[1.0], [2.0]], frames=[10])))
+    b = bootstrap_importance(imp, 1, n=10)
+    assert "at least 2" in b["wli"]["skipped"] and "at least 2" in b["cosine"]["skipped"]
+    importance_figure(dict(imp, bootstrap=b, depth=1, keep={}))  # draws without intervals

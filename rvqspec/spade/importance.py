@@ -180,7 +180,10 @@ def bootstrap_importance(importance: dict, depth: int, n: int = 1000, seed: int 
     rng = np.random.default_rng(seed)
     out = {}
     w = importance["wli"].get("clips")
-    if w:
+    too_few = lambda n: dict(skipped=f"{n} unit(s): a bootstrap needs at least 2")  # noqa: E731
+    if w and len(w["ref_words"]) < 2:
+        out["wli"] = too_few(len(w["ref_words"]))
+    elif w:
         base_w = np.asarray(w["base_word_errors"], float)  # (U,)
         base_c = np.asarray(w["base_char_errors"], float)  # (U,)
         out["wli"] = bootstrap_ranking(np.asarray(w["word_errors"], float) - base_w, np.asarray(w["ref_words"], float),
@@ -188,7 +191,9 @@ def bootstrap_importance(importance: dict, depth: int, n: int = 1000, seed: int 
                                        np.asarray(w["ref_chars"], float))
         out["wli"]["unit"] = "text x seed clip"
     cu = importance.get("cosine", {}).get("per_utterance")
-    if cu:
+    if cu and len(cu["frames"]) < 2:
+        out["cosine"] = too_few(len(cu["frames"]))
+    elif cu:
         out["cosine"] = bootstrap_ranking(np.asarray(cu["sums"], float), np.asarray(cu["frames"], float), depth, n, rng)
         out["cosine"]["unit"] = "utterance"
     if "random" in importance:
@@ -231,7 +236,7 @@ def importance_figure(result: dict):
 
     def err(crit: str, scale: float):
         b = boot.get(crit)
-        if not b:
+        if not b or "ci95" not in b:
             return None
         return dict(type="data", symmetric=False, array=[scale * (hi - s) for s, (lo, hi) in zip(b["scores"], b["ci95"])],
                     arrayminus=[scale * (s - lo) for s, (lo, hi) in zip(b["scores"], b["ci95"])])
@@ -245,7 +250,7 @@ def importance_figure(result: dict):
     fig.add_bar(x=list(range(len(c["scores"]))), y=c["scores"], name="1 - cosine", row=1, col=2, error_y=err("cosine", 1.0))
     keep = result.get("keep", {})
     stab = "; ".join(f"{k} keeps the same layers in {100 * b['same_keep_share']:.0f}% of resamples"
-                     for k, b in boot.items() if k in ("wli", "cosine"))
+                     for k, b in boot.items() if k in ("wli", "cosine") and "same_keep_share" in b)
     fig.update_xaxes(title_text="talker layer", dtick=1)
     fig.update_yaxes(title_text="percentage points", row=1, col=1)
     fig.update_layout(title=f"Talker layer importance (seed 001); kept at depth {result.get('depth')}: "
