@@ -141,3 +141,19 @@ def test_ablate_quick_end_to_end(tmp_path):
     assert ratio["timing"]["talker_ms_per_frame"] > 0 and ratio["timing"]["talker_speedup"] > 0
     assert res["importance"]["bootstrap"]["wli"]["resamples"] == 50
     assert out.with_suffix(".md").read_text().count("| keep_50% |") == 1
+
+
+def test_variant_links_point_at_the_recipe_folder_and_can_be_replaced(tmp_path):
+    from rvqspec.spade.ablation import _link
+
+    a, b = tmp_path / "students" / "a", tmp_path / "students" / "b"
+    a.mkdir(parents=True)
+    b.mkdir()
+    (b / "config.json").write_text("{}")
+    link = tmp_path / "variants" / "keep_50%"
+    _link(link, a)
+    assert link.resolve() == a.resolve()
+    _link(link, b)  # a rerun with another recipe moves the name
+    assert link.resolve() == b.resolve() and (link / "config.json").exists()
+    assert not link.readlink().is_absolute()  # relative: the runs folder can move
+    assert sorted(p.name for p in link.parent.iterdir()) == ["keep_50%"]  # no temporary left behind
