@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rvqspec.measure.stats import paired_bootstrap
+
 
 @dataclass(frozen=True)
 class Table3Config:
@@ -27,24 +29,6 @@ class Table3Config:
     bootstrap: int = 2000         # paired resamples of sentences
     threads: int = 1
     seed: int = 0                 # bootstrap generator
-
-
-def paired_bootstrap(ar: list[dict], spec: list[dict], key_err: str, key_ref: str, n: int,
-                     rng: np.random.Generator) -> tuple[float, float, float]:
-    """Clips of both decoders (same texts x seeds) -> (spec - AR rate, 2.5%, 97.5%) resampling texts."""
-    texts = sorted({c["text"] for c in ar})
-    idx = {t: i for i, t in enumerate(texts)}
-    err = np.zeros((2, len(texts)))
-    ref = np.zeros((2, len(texts)))
-    for side, clips in enumerate((ar, spec)):
-        for c in clips:
-            err[side, idx[c["text"]]] += c[key_err]
-            ref[side, idx[c["text"]]] += c[key_ref]
-    diff = err[1].sum() / ref[1].sum() - err[0].sum() / ref[0].sum()
-    pick = rng.integers(0, len(texts), size=(n, len(texts)))  # (n, texts)
-    e, r = err[:, pick].sum(-1), ref[:, pick].sum(-1)  # (2, n)
-    boot = e[1] / r[1] - e[0] / r[0]
-    return float(diff), float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))
 
 
 def main(argv=None) -> dict:

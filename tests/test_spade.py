@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -321,3 +322,93 @@ def test_distill_supervised_terms_equal_the_trainers_losses():
     torch.testing.assert_close(got["ce_c0"], c0, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got["ce_cp"], ccp, rtol=1e-5, atol=1e-5)
     assert abs(float(other[1]) - float(ccp)) > 1e-4  # other frames give another value: the check can fail
+
+
+# ---- importance statistics -------------------------------------------------------------------------
+def _units(effects, units, noise, seed):
+    """Per-unit extra errors (L, U) with mean `effects[l]` per reference word, and words per unit."""
+    rng = np.random.default_rng(seed)
+    den = rng.integers(5, 15, size=units).astype(float)  # (U,) words per clip
+    num = np.array(effects)[:, None] * den + rng.normal(0.0, noise, size=(len(effects), units)) * np.sqrt(den)
+    return num, den
+
+
+def test_bootstrap_ranking_is_stable_for_clear_effects_and_not_for_noise():
+    from rvqspec.measure.stats import bootstrap_ranking
+
+    num, den = _units([0.30, 0.05, 0.20, 0.01, 0.15, 0.02], 80, 0.3, 0)
+    res = bootstrap_ranking(num, den, 3, 400, np.random.default_rng(1))
+    assert res["keep"] == [0, 2, 4]
+    assert res["same_keep_share"] > 0.95 and res["kendall_tau_mean"] > 0.8
+    # 95% intervals cover the true effects (at least 5 of 6: one may miss by chance)
+    assert sum(lo <= t <= hi for (lo, hi), t in zip(res["ci95"], [0.30, 0.05, 0.20, 0.01, 0.15, 0.02])) >= 5
+    # negative control: all layers equal, only noise: the ranking must not look stable
+    num0, den0 = _units([0.1] * 6, 80, 0.3, 2)
+    null = bootstrap_ranking(num0, den0, 3, 400, np.random.default_rng(1))
+    assert null["same_keep_share"] < 0.5 and null["kendall_tau_mean"] < 0.5
+    # the same generator seed gives the same interval
+    again = bootstrap_ranking(num, den, 3, 400, np.random.default_rng(1))
+    assert again["ci95"] == res["ci95"]
+    with pytest.raises(ValueError, match="units"):
+        bootstrap_ranking(num, den[:-1], 3, 10, np.random.default_rng(0))
+
+
+def test_bootstrap_importance_from_wli_clips_and_random_baseline():
+    from rvqspec.spade.importance import bootstrap_importance, random_importance, select_by
+
+    L, U = 4, 40
+    rng = np.random.default_rng(0)
+    ref_w = rng.integers(5, 12, size=U)
+    base_w = rng.integers(0, 3, size=U)
+    extra = np.array([0.05, 0.4, 0.0, 0.2])[:, None] * ref_w  # layer 1 most important, then 3
+    word = base_w + np.round(extra + rng.uniform(0, 1, size=(L, U)))
+    imp = dict(wli=dict(clips=dict(ref_words=ref_w.tolist(), ref_chars=(5 * ref_w).tolist(),
+                                   base_word_errors=base_w.tolist(), base_char_errors=(2 * base_w).tolist(),
+                                   word_errors=word.tolist(), char_errors=(2 * word).tolist())),
+               random=dict(scores=random_importance(L, torch.Generator().manual_seed(0))))
+    b = bootstrap_importance(imp, 2, n=300, seed=0)
+    assert b["wli"]["keep"] == [1, 3] and b["wli"]["same_keep_share"] > 0.9
+    assert b["wli"]["ci95"][1][0] > b["wli"]["ci95"][2][1]  # layer 1's interval lies above layer 2's
+    # the random baseline: a permutation, reproducible from its generator, and unstable by construction
+    r = imp["random"]["scores"]
+    assert sorted(r) == sorted(random_importance(L, torch.Generator().manual_seed(5)))
+    assert r == random_importance(L, torch.Generator().manual_seed(0))
+    assert b["random"]["same_keep_share"] < 0.5 and abs(b["random"]["kendall_tau_mean"]) < 0.3
+    assert select_by("random", imp, 2) == select_layers(r, 2)
+
+
+def test_cosine_per_utterance_sums_to_the_corpus_mean():
+    from rvqspec.spade.importance import cosine_importance, cosine_per_utterance
+
+    _, talker, cp = tiny()
+    text, codes, valid = batch()
+    sums, frames = cosine_per_utterance(talker, cp, text, codes, valid)
+    assert sums.shape == (4, text.shape[0]) and torch.equal(frames, valid.sum(-1))
+    torch.testing.assert_close(torch.tensor(cosine_importance(talker, cp, text, codes, valid), dtype=sums.dtype),
+                               sums.sum(-1) / frames.sum())
+
+
+def test_importance_figure_draws_the_bootstrap_intervals():
+    from rvqspec.spade.importance import importance_figure
+
+    res = dict(wli=dict(baseline=dict(wer=0.1), layers=[dict(layer=i, d_wer=0.1 * i, d_cer=0.0) for i in range(3)]),
+               cosine=dict(scores=[0.1, 0.2, 0.3]), depth=2, keep=dict(wli=[1, 2], cosine=[1, 2], random=[0, 2]))
+    assert importance_figure(res).data[0].error_y.array is None  # no bootstrap: no bars invented
+    res["bootstrap"] = dict(wli=dict(scores=[0.0, 0.1, 0.2], ci95=[[-0.1, 0.05], [0.05, 0.2], [0.1, 0.25]],
+                                     same_keep_share=0.8))
+    fig = importance_figure(res)
+    assert fig.data[0].error_y.array == pytest.approx((5.0, 10.0, 5.0))
+    assert fig.data[0].error_y.arrayminus == pytest.approx((10.0, 5.0, 10.0))
+    assert "80% of resamples" in fig.layout.title.text
+
+
+def test_bootstrap_importance_says_when_one_clip_is_too_few():
+    from rvqspec.spade.importance import bootstrap_importance, importance_figure
+
+    imp = dict(wli=dict(clips=dict(ref_words=[5], ref_chars=[20], base_word_errors=[1], base_char_errors=[2],
+                                   word_errors=[[2], [1]], char_errors=[[3], [2]]),
+                        baseline=dict(wer=0.2), layers=[dict(layer=i, d_wer=0.0, d_cer=0.0) for i in range(2)]),
+               cosine=dict(scores=[0.1, 0.2], per_utterance=dict(sums=[[1.0], [2.0]], frames=[10])))
+    b = bootstrap_importance(imp, 1, n=10)
+    assert "at least 2" in b["wli"]["skipped"] and "at least 2" in b["cosine"]["skipped"]
+    importance_figure(dict(imp, bootstrap=b, depth=1, keep={}))  # draws without intervals

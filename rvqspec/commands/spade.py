@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from rvqspec.commands import options as opt
-from rvqspec.core.jsonfile import read_json
+from rvqspec.core.jsonfile import portable_path, read_json
 
 spade_app = typer.Typer(help="SPADE (seed 001): layer importance, pruning and distillation of the talker.",
                         no_args_is_help=True)
@@ -82,8 +82,8 @@ def importance_cmd(
 
     import torch
 
-    from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.pipeline import MiniTTS
+    from rvqspec.real.asr import load_recognizer
     from rvqspec.spade.evaluate import write_json
     from rvqspec.spade.importance import ImportanceConfig, importance_figure, layer_importance
 
@@ -95,7 +95,7 @@ def importance_cmd(
     tts = MiniTTS.load(d, model_dir=model_dir)
     res = layer_importance(tts, corpus or d / "corpus", load_recognizer(recognizer or d / "recognizer"), cfg, depth,
                            sampling=sampling)
-    res["model_dir"] = str(model_dir or d / "model")
+    res["model_dir"] = portable_path(model_dir or d / "model")
     res["config"] = dataclasses.asdict(cfg)
     write_json(res, out)
     if html:
@@ -129,7 +129,7 @@ def prune_cmd(
     m = load_qwen3_tts(teacher_dir)
     layers, how = _keep(keep, criterion, importance, depth, m.talker.config.num_hidden_layers)
     student = prune_talker(m.talker, layers)
-    info = dict(keep_layers=layers, selection=how, teacher=str(teacher_dir), distilled=False,
+    info = dict(keep_layers=layers, selection=how, teacher=portable_path(teacher_dir), distilled=False,
                 talker_params=count_parameters(student), teacher_talker_params=count_parameters(m.talker))
     save_student(student, student_code_predictor(m.code_predictor, student), m.config, out, teacher_dir, info)
     _echo(dict(info, out=str(out)), as_json, f"kept layers {layers} ({how}) -> {out}")
@@ -166,7 +166,7 @@ def distill_cmd(
     cfg = dataclasses.replace(DistillConfig(), **_overrides(targets=targets, steps=steps, lr=lr, kd_weight=kd_weight,
                                                             threads=threads))
     res = distill(m.talker, m.code_predictor, layers, corpus or d / "corpus", cfg)
-    info = dict(res.summary(), selection=how, teacher=str(teacher_dir), distilled=True)
+    info = dict(res.summary(), selection=how, teacher=portable_path(teacher_dir), distilled=True)
     save_student(res.student, res.code_predictor, m.config, out, teacher_dir, info)
     write_json(dict(info, history=res.history), out.with_name(out.name + ".history.json"))
     s = res.metrics
@@ -301,3 +301,111 @@ def all_cmd(
         distill=dataclasses.replace(base.distill, **_overrides(steps=steps)))
     out = run_experiment(cfg)
     _echo(out, as_json, report_markdown(out))
+
+
+@spade_app.command("ablate")
+def ablate_cmd(
+    data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini)"),
+    runs: Path = typer.Option(RUNS / "ablation", help="students, importance and WER caches"),
+    quick: bool = typer.Option(False, help="tiny scale (AblationConfig.quick): a smoke run / the tests"),
+    ratios: Optional[list[float]] = typer.Option(None, help="shares of the layers kept (repeatable; default "
+                                                            "0.75 0.5 0.375)"),
+    wli_texts: Optional[int] = typer.Option(None, help="ImportanceConfig.wli_texts"),
+    wli_seeds: Optional[int] = typer.Option(None, help="seeds for WLI (0..N-1)"),
+    texts: Optional[int] = typer.Option(None, help="evaluation texts (EvalConfig.texts)"),
+    seeds: Optional[int] = typer.Option(None, help="evaluation seeds (0..N-1)"),
+    steps: Optional[int] = typer.Option(None, help="DistillConfig.steps"),
+    timing_texts: Optional[int] = typer.Option(None, help="texts of the interleaved timing (0: none)"),
+    bootstrap: Optional[int] = typer.Option(None, help="paired bootstrap resamples"),
+    threads: Optional[int] = opt.threads(None, "torch CPU threads (default DistillConfig.threads)."),
+    fresh: bool = typer.Option(False, help="recompute importance and students"),
+    out: Path = opt.out(RUNS / "ablation.json", "Results JSON (a markdown table is written beside it)."),
+    as_json: bool = opt.as_json(),
+) -> None:
+    """Pruning ratios and ablations at 50% (seed 001): WER/CER with paired 95% intervals against the teacher."""
+    import dataclasses
+
+    from rvqspec.spade.ablation import AblationConfig, markdown, run_ablation
+    from rvqspec.spade.evaluate import write_json
+
+    if ratios and any(not 0.0 < r <= 1.0 for r in ratios):
+        raise typer.BadParameter(f"--ratios must be in (0, 1], got {ratios}")
+    base = AblationConfig.quick() if quick else AblationConfig()
+    cfg = dataclasses.replace(
+        base, **_overrides(ratios=tuple(ratios) if ratios else None, bootstrap=bootstrap),
+        importance=dataclasses.replace(base.importance, **_overrides(
+            wli_texts=wli_texts, wli_seeds=tuple(range(wli_seeds)) if wli_seeds else None)),
+        eval=dataclasses.replace(base.eval, **_overrides(texts=texts, timing_texts=timing_texts,
+                                                         seeds=tuple(range(seeds)) if seeds else None)),
+        distill=dataclasses.replace(base.distill, **_overrides(steps=steps, threads=threads)))
+    res = run_ablation(data, runs, cfg, progress=not as_json, fresh=fresh)
+    write_json(res, out)
+    table = markdown(res)
+    md = out.with_suffix(".md")
+    from rvqspec.core.jsonfile import atomic_path
+
+    with atomic_path(md) as tmp:
+        tmp.write_text(table)
+    _echo(res, as_json, table + f"\n-> {out}, {md}")
+
+
+@spade_app.command("combined")
+def combined_cmd(
+    student: Path = typer.Option(..., help="Pruned (SPADE) checkpoint folder."),
+    model: Optional[Path] = opt.model(None, "Teacher model folder (default DATA/model)."),
+    drafter: Optional[Path] = opt.drafter(None, "Drafter .safetensors (default: found under DATA/drafters)."),
+    tree: Optional[Path] = opt.tree(None, "Tree JSON (default: found under DATA/trees)."),
+    data: Optional[Path] = typer.Option(None, help="mini world dir (default data/mini)"),
+    lang: str = opt.lang(),
+    texts: int = typer.Option(4, help="held-out texts timed (eval split)"),
+    reps: int = typer.Option(3, help="interleaved repetitions (the fastest per text counts)"),
+    acceptance: Optional[Path] = typer.Option(None, help="`bench acceptance` JSON: also recompute the full-size "
+                                                         "projection with its tokens per call"),
+    acceptance_drafter: Optional[str] = typer.Option(None, help="drafter entry of --acceptance (default: the "
+                                                                "preferred one present)"),
+    timings: Path = typer.Option(Path("data/spade/results.json"), help="projection timings: a `spade project` "
+                                                                       "JSON or a results.json with 'projection'"),
+    threads: int = opt.threads(),
+    out: Path = opt.out(RUNS / "combined.json", "Results JSON."),
+    as_json: bool = opt.as_json(),
+) -> None:
+    """Pruned talker + speculative code predictor against the teacher with AR, timed interleaved in one run."""
+    import torch
+
+    from rvqspec.core.jsonfile import read_json
+    from rvqspec.spade.combined import combined_benchmark, projection_from_acceptance
+    from rvqspec.spade.evaluate import write_json
+    from rvqspec.spade.experiment import find_drafter_and_tree
+    from rvqspec.spade.importance import heldout_texts
+
+    torch.set_num_threads(threads)
+    d = _data(data)
+    for p in (student, model, drafter, tree, acceptance):
+        if p is not None and not p.exists():
+            raise typer.BadParameter(f"{p}: no such file or folder")
+    if texts < 1 or reps < 1:
+        raise typer.BadParameter(f"--texts and --reps must be >= 1, got {texts} and {reps}")
+    if drafter is None and tree is None:
+        drafter, tree = find_drafter_and_tree(d)
+    proj = None
+    if acceptance is not None:  # cheap input checks before the timed run
+        tm = read_json(timings, ValueError, "no such timings JSON")
+        tm = tm.get("projection", tm) if isinstance(tm, dict) else tm
+        if not isinstance(tm, dict):
+            raise typer.BadParameter(f"{timings}: not a projection JSON")
+        proj = projection_from_acceptance(tm, read_json(acceptance, ValueError, "no such acceptance JSON"),
+                                          acceptance_drafter)
+        proj["acceptance"]["file"] = portable_path(acceptance)
+        proj["timings_file"] = portable_path(timings)
+    res = combined_benchmark(model or d / "model", student, drafter, tree,
+                             heldout_texts(d / "corpus", "eval", lang, texts), d, lang, reps)
+    res.update(threads=threads, projection=proj)
+    write_json(res, out)
+    lines = [f"{r['name']}: {r['talker_layers']} layers, RTF {r['rtf']:.3f}, {r['ms_per_frame']:.1f} ms/frame "
+             f"(talker {r['talker_ms_per_frame']:.1f} + inner {r['inner_ms_per_frame']:.1f}), "
+             f"{r['speedup_vs_teacher_ar']:.2f}x vs teacher / AR" for r in res["rows"]]
+    if proj:
+        from rvqspec.spade.evaluate import projection_table
+
+        lines += ["", projection_table(proj)]
+    _echo(res, as_json, "\n".join(lines) + f"\n-> {out}")

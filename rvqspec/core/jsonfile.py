@@ -56,3 +56,25 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def portable_path(path: str | os.PathLike | None) -> str | None:
+    """How a committed artifact names a file: relative to the repository root when inside it,
+    else relative to the working directory when below it, else the bare name. A machine's absolute
+    paths (home folders, worktrees, temp dirs) would make results differ per checkout and leak
+    the layout of one machine (tests/test_no_absolute_paths.py scans data/ and docs/)."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    p = p.resolve()
+    for base in (REPO_ROOT, Path.cwd().resolve()):
+        try:
+            return p.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return p.name

@@ -168,8 +168,8 @@ def distill_losses(student: CodeDecoder, teacher: CodeDecoder, student_cp: Multi
                    codes: torch.Tensor, valid: torch.Tensor, config: DistillConfig,
                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """All loss terms of one batch and their combination 'total' (differentiable in the student)."""
-    from rvqspec.mini.talker_train import losses_from_talker
     from rvqspec.core.frame_loop import talker_inputs
+    from rvqspec.mini.talker_train import losses_from_talker
 
     c = config
     with torch.no_grad():
@@ -213,7 +213,7 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
     for tests). The teacher and the code predictor are never modified."""
     from tqdm.auto import tqdm
 
-    from rvqspec.mini.talker_train import training_batch, load_split, validation_loss
+    from rvqspec.mini.talker_train import load_split, training_batch, validation_loss
     from rvqspec.spade.prune import prune_talker
 
     c = config
@@ -251,7 +251,7 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        history.append({k: float(v.detach()) for k, v in terms.items()})
+        history.append(dict({k: float(v.detach()) for k, v in terms.items()}, frames=int(valid.sum()), utterances=int(valid.shape[0])))
         if step % 10 == 0:
             bar.set_postfix(total=f"{history[-1]['total']:.3f}", sup=f"{history[-1]['sup']:.3f}",
                             kd=f"{history[-1]['kd']:.3f}")
@@ -259,9 +259,12 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
     student.requires_grad_(False)
     val_after = validation_loss(student, s_cp, Path(corpus_dir)) if batches is None else {}
     last = history[-min(20, len(history)):]
+    loss_keys = [k for k in history[0] if k not in ("frames", "utterances")]
     metrics = dict(seconds=round(time.time() - t0, 1), steps=c.steps, config=asdict(c),
-                   first_mean={k: float(np.mean([h[k] for h in history[:len(last)]])) for k in history[0]},
-                   last_mean={k: float(np.mean([h[k] for h in last])) for k in history[0]},
+                   frames=int(sum(h["frames"] for h in history)),  # real frames distilled on (all steps)
+                   utterances=int(sum(h["utterances"] for h in history)),  # cropped windows, with repeats
+                   first_mean={k: float(np.mean([h[k] for h in history[:len(last)]])) for k in loss_keys},
+                   last_mean={k: float(np.mean([h[k] for h in last])) for k in loss_keys},
                    validation_before={k: v for k, v in val_before.items()},
                    validation_after={k: v for k, v in val_after.items()})
     return DistillResult(student=student, code_predictor=s_cp, keep_layers=keep, targets=targets,

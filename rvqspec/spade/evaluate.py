@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 
 from rvqspec.core.defaults import K
+from rvqspec.core.jsonfile import portable_path
 from rvqspec.core.sampling import Sampling
 
 FRAME_RATE = 12.5  # Hz: Qwen3-TTS-Tokenizer-12Hz (and the mini codec) emit 12.5 frames per second
@@ -151,13 +152,13 @@ def load_inner(code_predictor, drafter_path: str | Path | None, tree_path: str |
     c = code_predictor.config
     if drafter_path:
         drafter = load_drafter(drafter_path, code_predictor)
-        d_desc = str(drafter_path)
+        d_desc = portable_path(drafter_path)
     else:
         drafter = PositionOffsets.zeros(num_offsets, c.hidden_size, c.vocab_size)
         d_desc = f"PositionOffsets.zeros(K={num_offsets})"
     if tree_path:
         tree = SparseTree.load(tree_path)
-        t_desc = str(tree_path)
+        t_desc = portable_path(tree_path)
     else:
         tree = SparseTree.chain(min(3, drafter.num_offsets))
         t_desc = f"SparseTree.chain({min(3, drafter.num_offsets)})"
@@ -237,11 +238,11 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
     for name, model_dir in models.items():
         tts = MiniTTS.load(data_dir, model_dir=model_dir)
         pipelines[f"{name} / AR"] = (tts, None)
-        meta[f"{name} / AR"] = dict(model=name, model_dir=str(model_dir), inner="AR")
+        meta[f"{name} / AR"] = dict(model=name, model_dir=portable_path(model_dir), inner="AR")
         if name in spec:
             inner, inner_desc = load_inner(tts.code_predictor, drafter, tree)
             pipelines[f"{name} / speculative"] = (tts, inner)
-            meta[f"{name} / speculative"] = dict(model=name, model_dir=str(model_dir), inner="speculative")
+            meta[f"{name} / speculative"] = dict(model=name, model_dir=portable_path(model_dir), inner="speculative")
     from rvqspec.core.checkpoint import model_hash
 
     rows = []
@@ -278,7 +279,7 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
                    talker_ms_per_frame=t["talker_ms_per_frame"], ms_per_frame_median=t["ms_per_frame_median"])
     return dict(config=asdict(config), sampling=asdict(sampling), texts=len(texts), speculative=inner_desc,
                 timing=timing, rows=rows,
-                recognizer=dict(path=str(recognizer_dir or DEFAULT_RECOGNIZER), fingerprint=rec_id))
+                recognizer=dict(path=portable_path(recognizer_dir or DEFAULT_RECOGNIZER), fingerprint=rec_id))
 
 
 # ---------------------------------------------------------------------------------------------

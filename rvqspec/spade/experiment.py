@@ -64,14 +64,13 @@ def find_drafter_and_tree(data_dir: Path, nodes: int = 16) -> tuple[Path | None,
     return None, None
 
 
-def _student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, corpus: Path, out: Path,
+def make_student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, corpus: Path, out: Path,
              teacher_dir: Path, fresh: bool, selection: str) -> dict:
     """Make (or reuse) one student checkpoint; cfg None = pruned only."""
+    from rvqspec.core.checkpoint import model_hash
     from rvqspec.spade.distill import distill, save_student, student_code_predictor
     from rvqspec.spade.evaluate import write_json
     from rvqspec.spade.prune import prune_talker
-
-    from rvqspec.core.checkpoint import model_hash
 
     meta = out / "spade.json"
     want = dict(keep_layers=keep, distill=asdict(cfg) if cfg else None, teacher_hash=model_hash(teacher.talker))
@@ -96,11 +95,17 @@ def _student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, cor
 def run_experiment(config: ExperimentConfig = ExperimentConfig(), progress: bool = True) -> dict:
     import torch
 
-    from rvqspec.real.asr import load_recognizer
     from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
     from rvqspec.mini.pipeline import MiniTTS, default_data_dir
-    from rvqspec.spade.evaluate import (evaluate_models, fingerprint, project_full_size, project_variants,
-                                        results_figure, write_json)
+    from rvqspec.real.asr import load_recognizer
+    from rvqspec.spade.evaluate import (
+        evaluate_models,
+        fingerprint,
+        project_full_size,
+        project_variants,
+        results_figure,
+        write_json,
+    )
     from rvqspec.spade.importance import importance_figure, layer_importance
     from rvqspec.spade.prune import default_depth
 
@@ -144,7 +149,7 @@ def run_experiment(config: ExperimentConfig = ExperimentConfig(), progress: bool
             "index_targets": (keep_wli, idx, "wli")}
     if keep_cos != keep_wli:
         plan["cosine_selection"] = (keep_cos, dyn, "cosine")
-    students = {name: _student(name, teacher, keep, cfg, corpus, runs / name, teacher_dir, c.fresh, sel)
+    students = {name: make_student(name, teacher, keep, cfg, corpus, runs / name, teacher_dir, c.fresh, sel)
                 for name, (keep, cfg, sel) in plan.items()}
 
     # 3. evaluation

@@ -1,0 +1,275 @@
+"""SPADE's pruning ratios and ablations with intervals (seed 001 Tables 1-2 and its ablation study).
+
+One run, on one teacher, with one evaluation set (held-out English texts x seeds, the same clips for
+every variant so comparisons are paired):
+
+* pruning ratios: keep `keep_count(L, r)` layers for r in `RATIOS` (75%, 50%, 37.5%; rounded half
+  up, the count is stated per row), each selected by WLI and distilled with the full multi-level
+  loss (skew KL on c0 logits, latent, attention, embedding; dynamic targets);
+* ablations at 50%: each distillation term removed in turn (its weight set to 0), supervised
+  fine-tuning only (no KD part), index-matched targets, cosine and random importance instead of
+  WLI, and no distillation at all (the pruned copy);
+* per variant: WER/CER and the paired bootstrap 95% interval of the difference to the teacher
+  (`rvqspec.measure.stats.paired_rate_difference`, resampling texts), and for the distilled ones
+  the training data used as a share of the teacher's (`data_share`);
+* the talker / inner-loop frame time of the teacher and of each ratio's student, measured
+  interleaved (`rvqspec.spade.evaluate.timing_benchmark`), as ratios to the teacher.
+
+Students are cached under the runs folder by their recipe (`experiment.make_student`), so a variant
+whose recipe equals another's (37.5% and 50% of a 4-layer talker both keep 2) is distilled once.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from rvqspec.core.jsonfile import portable_path
+from rvqspec.measure.stats import paired_rate_difference
+from rvqspec.spade.distill import DistillConfig
+from rvqspec.spade.evaluate import EvalConfig, evaluate_models, fingerprint, timing_benchmark, write_json
+from rvqspec.spade.experiment import make_student
+from rvqspec.spade.importance import ImportanceConfig, layer_importance, select_by
+
+RATIOS = (0.75, 0.5, 0.375)     # shares of the teacher's layers kept (the issue's three; seed 001 uses 0.5)
+TERMS = ("logit", "latent", "attn", "emb")  # the KD terms of `distill.kd_terms`, each removable
+
+
+def keep_count(num_layers: int, ratio: float) -> int:
+    """Layers kept at `ratio` of `num_layers`: rounded half up (37.5% of 4 = 1.5 -> 2), at least 1."""
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"pruning ratio must be in (0, 1], got {ratio}")
+    return max(1, min(num_layers, math.floor(num_layers * ratio + 0.5)))
+
+
+def ratio_name(ratio: float) -> str:
+    return f"keep_{100 * ratio:g}%"
+
+
+def teacher_training_data(manifest: dict) -> dict:
+    """What the teacher was trained on, from the mini world's build record (data/mini/manifest.json,
+    steps.model): the frames of its training splits, and an upper bound of the frames it processed
+    (steps x utterances per batch x min(mean utterance frames, crop)) since E[min(X, c)] <= min(E[X], c)."""
+    try:
+        cfg = manifest["steps"]["model"]["config"]
+        splits = manifest["steps"]["corpus"]["result"]["splits"]
+    except (KeyError, TypeError):
+        raise ValueError("manifest: keys steps.model.config and steps.corpus.result.splits are needed "
+                         "(the mini world's build record)") from None
+    frames = samples = 0
+    for split in cfg["train_splits"]:
+        if split not in splits:
+            raise ValueError(f"manifest: training split {split!r} is not in steps.corpus.result.splits")
+        for lang in splits[split].values():
+            frames += int(lang["frames"])
+            samples += int(lang.get("samples", 0))
+    mean = frames / samples if samples else float(cfg["max_frames"])
+    bound = int(cfg["steps"]) * int(cfg["batch_utterances"]) * min(mean, float(cfg["max_frames"]))
+    return dict(train_splits=list(cfg["train_splits"]), train_set_frames=frames, train_set_utterances=samples,
+                steps=int(cfg["steps"]), batch_utterances=int(cfg["batch_utterances"]),
+                max_frames=int(cfg["max_frames"]), frames_processed_upper_bound=bound)
+
+
+def data_share(distill_frames: int, teacher: dict) -> dict:
+    """Distillation data as a share of the teacher's: frames distilled on / frames of the teacher's
+    training set, and / the teacher's processed frames (a lower bound: the denominator is an upper one)."""
+    return dict(distill_frames=int(distill_frames), teacher_train_set_frames=teacher["train_set_frames"],
+                share_of_train_set=distill_frames / teacher["train_set_frames"],
+                share_of_teacher_frames_processed_at_least=distill_frames / teacher["frames_processed_upper_bound"])
+
+
+@dataclass(frozen=True)
+class AblationConfig:
+    ratios: tuple[float, ...] = RATIOS
+    ablation_ratio: float = 0.5
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(texts=40, seeds=(0, 1), timing_texts=4))
+    bootstrap: int = 2000           # paired resamples of texts per interval
+    bootstrap_seed: int = 0
+
+    @classmethod
+    def quick(cls) -> "AblationConfig":
+        """Seconds-to-minutes scale for tests and a smoke run: every variant, tiny samples."""
+        return cls(importance=ImportanceConfig(wli_texts=2, wli_seeds=(0,), cosine_utterances=4, bootstrap=50),
+                   distill=DistillConfig(steps=2, batch_utterances=2, warmup_steps=1, cp_frames=16),
+                   eval=EvalConfig(texts=3, seeds=(0,), timing_texts=1, timing_reps=1), bootstrap=100)
+
+
+def plan(importance: dict, num_layers: int, cfg: AblationConfig) -> dict[str, dict]:
+    """The variants: name -> dict(keep, distill (a DistillConfig or None), selection, ratio, group)."""
+    full = replace(cfg.distill, targets="dynamic")
+    out: dict[str, dict] = {}
+    for r in cfg.ratios:
+        depth = keep_count(num_layers, r)
+        out[ratio_name(r)] = dict(keep=select_by("wli", importance, depth), distill=full, selection="wli", ratio=r,
+                                  group="ratio")
+    depth = keep_count(num_layers, cfg.ablation_ratio)
+    wli_keep = select_by("wli", importance, depth)
+    ab = dict(ratio=cfg.ablation_ratio, group="ablation")
+    for t in TERMS:
+        out[f"no_{t}"] = dict(keep=wli_keep, distill=replace(full, **{f"w_{t}": 0.0}), selection="wli", **ab)
+    out["no_kd"] = dict(keep=wli_keep, distill=replace(full, kd_weight=0.0), selection="wli", **ab)
+    out["index_targets"] = dict(keep=wli_keep, distill=replace(full, targets="index"), selection="wli", **ab)
+    for crit in ("cosine", "random"):
+        out[f"{crit}_importance"] = dict(keep=select_by(crit, importance, depth), distill=full, selection=crit, **ab)
+    out["no_distillation"] = dict(keep=wli_keep, distill=None, selection="wli", **ab)
+    return out
+
+
+def _recipe_dir(runs: Path, v: dict) -> Path:
+    """One folder per recipe, so equal recipes share a student (and its distillation)."""
+    import hashlib
+
+    key = json.dumps(dict(keep=v["keep"], distill=asdict(v["distill"]) if v["distill"] else None), sort_keys=True)
+    return runs / "students" / f"keep{'-'.join(map(str, v['keep']))}_{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def _link(link: Path, target: Path) -> None:
+    """runs/.../variants/<name> -> the recipe's student folder (a stable name for `spade combined`)."""
+    import os
+
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.tmp-link")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(os.path.relpath(target, link.parent), target_is_directory=True)
+    os.replace(tmp, link)
+
+
+def run_ablation(data_dir: str | Path | None = None, runs_dir: str | Path = "runs/spade/ablation",
+                 config: AblationConfig = AblationConfig(), progress: bool = True, fresh: bool = False) -> dict:
+    """The whole table (see the module docstring); returns the JSON-ready result."""
+    import torch
+
+    from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
+    from rvqspec.mini.pipeline import MiniTTS, default_data_dir
+    from rvqspec.real.asr import load_recognizer
+    from rvqspec.spade.importance import heldout_texts
+
+    c = config
+    torch.set_num_threads(c.distill.threads)
+    data = Path(data_dir or default_data_dir())
+    corpus, teacher_dir, rec_dir = data / "corpus", data / "model", data / "recognizer"
+    manifest_path = data / "manifest.json"
+    if not manifest_path.is_file():
+        raise ValueError(f"{manifest_path}: no build record (the teacher's training data is read from it)")
+    teacher_data = teacher_training_data(json.loads(manifest_path.read_text()))
+    runs = Path(runs_dir)
+    runs.mkdir(parents=True, exist_ok=True)
+    teacher = load_qwen3_tts(teacher_dir)
+    L = teacher.talker.config.num_hidden_layers
+    teacher_hash = model_hash(teacher.talker)
+
+    # 1. importance (cached by teacher, recognizer and config)
+    imp_path = runs / "importance.json"
+    want = dict(teacher_hash=teacher_hash, recognizer=fingerprint(rec_dir),
+                config=json.loads(json.dumps(asdict(c.importance))), depth=keep_count(L, c.ablation_ratio))
+    imp = json.loads(imp_path.read_text()) if imp_path.exists() and not fresh else {}
+    if any(imp.get(k) != v for k, v in want.items()):
+        tts = MiniTTS.load(data)
+        imp = layer_importance(tts, corpus, load_recognizer(rec_dir), c.importance, want["depth"], progress)
+        imp.update(want)
+        write_json(imp, imp_path)
+
+    # 2. students
+    variants = plan(imp, L, c)
+    students = {}
+    for name, v in variants.items():
+        d = _recipe_dir(runs, v)
+        students[name] = dict(make_student(name, teacher, v["keep"], v["distill"], corpus, d, teacher_dir, fresh,
+                                           v["selection"]), dir=d)
+        _link(runs / "variants" / name, d)
+
+    # 3. WER/CER of every variant on the same texts x seeds (no timing here: see 4)
+    first = {}  # student folder -> the first variant that uses it (equal recipes are scored once)
+    for name, s in students.items():
+        first.setdefault(str(s["dir"]), name)
+    models = {"teacher": teacher_dir, **{name: Path(d) for d, name in first.items()}}
+    ev = evaluate_models(models, corpus, rec_dir, replace(c.eval, timing_texts=0), data_dir=data,
+                         progress=progress, cache_dir=runs / "eval_cache")
+    scored = {r["model"]: r for r in ev["rows"]}
+    by_name = {"teacher": scored["teacher"], **{n: scored[first[str(s["dir"])]] for n, s in students.items()}}
+    ref = by_name["teacher"]["clips"]
+
+    # 4. talker / inner-loop time of the teacher and each distinct ratio student, interleaved
+    timing = {}
+    if c.eval.timing_texts > 0:
+        texts = heldout_texts(corpus, c.eval.split, c.eval.language, c.eval.timing_texts)
+        pipes = {"teacher": (MiniTTS.load(data, model_dir=teacher_dir), None)}
+        for name, v in variants.items():
+            if v["group"] == "ratio":
+                pipes.setdefault(str(students[name]["dir"]), (MiniTTS.load(data, model_dir=students[name]["dir"]), None))
+        raw = timing_benchmark(pipes, texts, c.eval.language, c.eval.timing_reps, progress=progress)
+        timing = {("teacher" if k == "teacher" else portable_path(k)): t for k, t in raw.items()}
+
+    rows = []
+    for name in ["teacher", *variants]:
+        r = by_name[name]
+        v = variants.get(name, dict(keep=list(range(L)), distill=None, selection="-", ratio=1.0, group="teacher"))
+        s = students.get(name, {})
+        row = dict(name=name, group=v["group"], ratio=v["ratio"], layers=len(v["keep"]), keep=v["keep"],
+                   selection=v["selection"], distilled=v["distill"] is not None,
+                   targets=s.get("targets"), wer=r["wer"], cer=r["cer"], clips=r["n"],
+                   params=r["params"]["total"], talker_layer_params=r["params"]["talker_layer_params"])
+        if v["distill"] is not None:
+            d = v["distill"]
+            row["recipe"] = dict(targets=d.targets, kd_weight=d.kd_weight,
+                                 **{f"w_{t}": getattr(d, f"w_{t}") for t in TERMS}, steps=d.steps)
+            frames = (s.get("metrics") or {}).get("frames")
+            if frames is not None:
+                row["data"] = data_share(frames, teacher_data)
+        if name != "teacher":
+            row.update(paired_rate_difference(ref, r["clips"], c.bootstrap, c.bootstrap_seed))
+        t = timing.get("teacher" if name == "teacher" else portable_path(s.get("dir")))
+        if t is not None:
+            row["timing"] = dict(t, talker_speedup=timing["teacher"]["talker_ms_per_frame"] / t["talker_ms_per_frame"],
+                                 frame_speedup=timing["teacher"]["ms_per_frame"] / t["ms_per_frame"])
+        row["dir"] = portable_path(s.get("dir")) if s else portable_path(teacher_dir)
+        rows.append(row)
+    return dict(teacher_layers=L, teacher_dir=portable_path(teacher_dir), teacher_training=teacher_data,
+                eval=dict(split=c.eval.split, language=c.eval.language, texts=ev["texts"], seeds=list(c.eval.seeds)),
+                importance=dict(keep=imp["keep"], bootstrap=imp.get("bootstrap"),
+                                wli=[dict(layer=x["layer"], d_wer=x["d_wer"], d_cer=x["d_cer"]) for x in imp["wli"]["layers"]],
+                                cosine=imp["cosine"]["scores"], random=imp["random"]["scores"]),
+                rows=rows, config=json.loads(json.dumps(asdict(c), default=str)),
+                recognizer=ev["recognizer"])
+
+
+def _ci(row: dict, m: str) -> str:
+    if f"{m}_diff" not in row:
+        return "-"
+    lo, hi = row[f"{m}_diff_ci95"]
+    return f"{100 * row[f'{m}_diff']:+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}]"
+
+
+def markdown(result: dict) -> str:
+    """The ratio table and the ablation table (differences to the teacher in points, paired 95% CI)."""
+    e = result["eval"]
+    lines = [f"Teacher: {result['teacher_layers']} talker layers; evaluation on {e['texts']} `{e['split']}`-split "
+             f"{e['language']} texts x seeds {e['seeds']} (the same clips for every row; intervals: paired bootstrap "
+             f"over texts, {result['config']['bootstrap']} resamples).", ""]
+    head = ("| variant | layers (kept) | selection | distillation | WER % | CER % | dWER pts [95% CI] "
+            "| dCER pts [95% CI] | data (share of teacher's train set) | talker speed-up | frame speed-up |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|")
+    for group, title in (("ratio", "Pruning ratios (WLI selection, full loss, dynamic targets)"),
+                         ("ablation", f"Ablations at {100 * result['config']['ablation_ratio']:g}% of the layers")):
+        lines += [f"## {title}", "", head]
+        for r in result["rows"]:
+            if r["group"] not in (group, "teacher"):
+                continue
+            rec = r.get("recipe")
+            how = ("none" if not r["distilled"] else
+                   f"{rec['targets']}, kd {rec['kd_weight']:g}, "
+                   + "/".join(f"{t} {rec['w_' + t]:g}" for t in TERMS) + f", {rec['steps']} steps")
+            if r["group"] == "teacher":
+                how = "(teacher)"
+            data = f"{100 * r['data']['share_of_train_set']:.2f}%" if r.get("data") else "-"
+            t = r.get("timing")
+            sp = (f"{t['talker_speedup']:.2f}x", f"{t['frame_speedup']:.2f}x") if t else ("-", "-")
+            lines.append(f"| {r['name']} | {r['layers']} {r['keep']} | {r['selection']} | {how} | {100 * r['wer']:.2f} "
+                         f"| {100 * r['cer']:.2f} | {_ci(r, 'wer')} | {_ci(r, 'cer')} | {data} | {sp[0]} | {sp[1]} |")
+        lines.append("")
+    lines.append("Speed-ups are the teacher's ms per frame over the variant's, measured interleaved in one run "
+                 "(below 1 is a slowdown); ablation rows share the 50% row's architecture and speed.")
+    return "\n".join(lines) + "\n"

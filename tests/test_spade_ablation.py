@@ -1,0 +1,159 @@
+"""SPADE's pruning ratios and ablation table (rvqspec.spade.ablation, `rvqspec spade ablate`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rvqspec.cli import app
+from rvqspec.measure.stats import paired_rate_difference
+from rvqspec.spade.ablation import (RATIOS, TERMS, AblationConfig, data_share, keep_count, markdown, plan,
+                                    teacher_training_data)
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "data" / "mini" / "manifest.json"
+
+
+def test_keep_count_rounds_half_up_and_stays_in_range():
+    assert [keep_count(4, r) for r in RATIOS] == [3, 2, 2]
+    assert [keep_count(8, r) for r in RATIOS] == [6, 4, 3]
+    assert [keep_count(28, r) for r in RATIOS] == [21, 14, 11]
+    assert keep_count(24, 0.5) == 12  # seed 001's CosyVoice 2 setting
+    assert keep_count(2, 0.1) == 1
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="ratio"):
+            keep_count(8, bad)
+
+
+def _importance(L=8):
+    # WLI prefers the odd layers, cosine the first half, random its own permutation
+    return dict(wli=dict(layers=[dict(layer=i, d_wer=0.1 * (i % 2) + 0.001 * i, d_cer=0.0) for i in range(L)]),
+                cosine=dict(scores=[1.0 - 0.1 * i for i in range(L)]),
+                random=dict(scores=[(3 * i) % L / L for i in range(L)]))
+
+
+def test_plan_has_every_ratio_and_ablation():
+    cfg = AblationConfig()
+    p = plan(_importance(), 8, cfg)
+    assert {n for n, v in p.items() if v["group"] == "ratio"} == {"keep_75%", "keep_50%", "keep_37.5%"}
+    assert [len(p[n]["keep"]) for n in ("keep_75%", "keep_50%", "keep_37.5%")] == [6, 4, 3]
+    assert p["keep_50%"]["keep"] == [1, 3, 5, 7]
+    for t in TERMS:  # each term removed in turn, the others kept at their weight
+        d = p[f"no_{t}"]["distill"]
+        assert getattr(d, f"w_{t}") == 0.0
+        assert all(getattr(d, f"w_{o}") == getattr(cfg.distill, f"w_{o}") for o in TERMS if o != t)
+    assert p["no_kd"]["distill"].kd_weight == 0.0
+    assert p["index_targets"]["distill"].targets == "index" and p["keep_50%"]["distill"].targets == "dynamic"
+    assert p["cosine_importance"]["keep"] == [0, 1, 2, 3]
+    assert p["random_importance"]["keep"] != p["keep_50%"]["keep"]
+    assert p["no_distillation"]["distill"] is None
+    assert all(len(v["keep"]) == 4 for v in p.values() if v["group"] == "ablation")
+
+
+def test_teacher_training_data_from_the_build_record():
+    m = json.loads(MANIFEST.read_text())
+    t = teacher_training_data(m)
+    splits = m["steps"]["corpus"]["result"]["splits"]
+    want = sum(x["frames"] for s in m["steps"]["model"]["config"]["train_splits"] for x in splits[s].values())
+    assert t["train_set_frames"] == want and want > 0
+    assert t["frames_processed_upper_bound"] <= t["steps"] * t["batch_utterances"] * t["max_frames"]
+    share = data_share(want // 20, t)
+    assert share["share_of_train_set"] == pytest.approx(0.05, rel=1e-3)
+    with pytest.raises(ValueError, match="steps.model.config"):
+        teacher_training_data({"steps": {}})
+
+
+def _clips(err_rate, n_texts=30, seeds=(0, 1), seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n_texts):
+        words = int(rng.integers(6, 14))
+        for s in seeds:
+            e = int(rng.binomial(words, err_rate))
+            out.append(dict(text=f"t{t}", seed=s, word_errors=e, ref_words=words, char_errors=2 * e,
+                            ref_chars=5 * words))
+    return out
+
+
+def test_paired_difference_covers_zero_for_equal_models_and_not_for_a_worse_one():
+    teacher = _clips(0.2, seed=0)
+    same = paired_rate_difference(teacher, _clips(0.2, seed=0), n=500, seed=0)
+    assert same["wer_diff"] == 0.0 and same["wer_diff_ci95"][0] <= 0.0 <= same["wer_diff_ci95"][1]
+    worse = paired_rate_difference(teacher, _clips(0.5, seed=1), n=500, seed=0)  # negative control
+    assert worse["wer_diff_ci95"][0] > 0.1 and worse["cer_diff_ci95"][0] > 0.1
+    with pytest.raises(ValueError, match="not paired"):
+        paired_rate_difference(teacher, [dict(c, text="other") for c in teacher], n=10)
+
+
+def test_markdown_table_shows_intervals_and_data_share():
+    res = dict(teacher_layers=4, eval=dict(split="eval", language="en", texts=3, seeds=[0]),
+               config=dict(bootstrap=100, ablation_ratio=0.5),
+               rows=[dict(name="teacher", group="teacher", layers=4, keep=[0, 1, 2, 3], selection="-", distilled=False,
+                          wer=0.1, cer=0.05, timing=dict(talker_speedup=1.0, frame_speedup=1.0)),
+                     dict(name="keep_50%", group="ratio", layers=2, keep=[1, 2], selection="wli", distilled=True,
+                          recipe=dict(targets="dynamic", kd_weight=0.25, w_logit=1, w_latent=1, w_attn=1, w_emb=1,
+                                      steps=200), wer=0.12, cer=0.06, wer_diff=0.02, wer_diff_ci95=[-0.01, 0.05],
+                          cer_diff=0.01, cer_diff_ci95=[0.0, 0.02], data=dict(share_of_train_set=0.031),
+                          timing=dict(talker_speedup=1.5, frame_speedup=0.9)),
+                     dict(name="no_distillation", group="ablation", layers=2, keep=[1, 2], selection="wli",
+                          distilled=False, wer=0.3, cer=0.2, wer_diff=0.2, wer_diff_ci95=[0.1, 0.3], cer_diff=0.15,
+                          cer_diff_ci95=[0.1, 0.2])])
+    md = markdown(res)
+    assert "| keep_50% | 2 [1, 2] | wli | dynamic, kd 0.25" in md
+    assert "+2.00 [-1.00, +5.00]" in md and "3.10%" in md and "1.50x | 0.90x" in md
+    assert "| no_distillation | 2 [1, 2] | wli | none |" in md and "below 1 is a slowdown" in md
+
+
+def test_ablate_cli_rejects_bad_ratio_in_one_line():
+    r = CliRunner().invoke(app, ["spade", "ablate", "--ratios", "1.5"])
+    assert r.exit_code == 2
+    assert "ratios" in r.output and "Traceback" not in r.output
+
+
+def test_ablate_cli_names_a_missing_build_record(tmp_path):
+    (tmp_path / "model").mkdir()
+    r = CliRunner().invoke(app, ["spade", "ablate", "--quick", "--data", str(tmp_path), "--runs", str(tmp_path / "r"),
+                                 "--out", str(tmp_path / "a.json")])
+    assert r.exit_code == 2 and "manifest.json" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "a.json").exists()
+
+
+@pytest.mark.slow
+def test_ablate_quick_end_to_end(tmp_path):
+    """The whole table at the tiniest scale on the committed mini world: every variant present, each
+    with a paired interval against the teacher, data shares, the interleaved timing of the ratio."""
+    out = tmp_path / "ablation.json"
+    r = CliRunner().invoke(app, ["spade", "ablate", "--quick", "--ratios", "0.5", "--texts", "2", "--runs",
+                                 str(tmp_path / "runs"), "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(out.read_text())
+    names = [row["name"] for row in res["rows"]]
+    assert names == ["teacher", "keep_50%", "no_logit", "no_latent", "no_attn", "no_emb", "no_kd", "index_targets",
+                     "cosine_importance", "random_importance", "no_distillation"]
+    for row in res["rows"][1:]:
+        lo, hi = row["wer_diff_ci95"]
+        assert lo <= row["wer_diff"] <= hi and row["layers"] == 2
+        assert (row.get("data") is not None) == row["distilled"]
+    ratio = res["rows"][1]
+    assert ratio["timing"]["talker_ms_per_frame"] > 0 and ratio["timing"]["talker_speedup"] > 0
+    assert res["importance"]["bootstrap"]["wli"]["resamples"] == 50
+    assert out.with_suffix(".md").read_text().count("| keep_50% |") == 1
+
+
+def test_variant_links_point_at_the_recipe_folder_and_can_be_replaced(tmp_path):
+    from rvqspec.spade.ablation import _link
+
+    a, b = tmp_path / "students" / "a", tmp_path / "students" / "b"
+    a.mkdir(parents=True)
+    b.mkdir()
+    (b / "config.json").write_text("{}")
+    link = tmp_path / "variants" / "keep_50%"
+    _link(link, a)
+    assert link.resolve() == a.resolve()
+    _link(link, b)  # a rerun with another recipe moves the name
+    assert link.resolve() == b.resolve() and (link / "config.json").exists()
+    assert not link.readlink().is_absolute()  # relative: the runs folder can move
+    assert sorted(p.name for p in link.parent.iterdir()) == ["keep_50%"]  # no temporary left behind
