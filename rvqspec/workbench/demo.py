@@ -10,10 +10,11 @@ and collects their numbers):
 4. acceptance free-running eval split per language: tokens/call per drafter and N        rvqspec.measure.acceptance
 5. profile    AR vs verify call latency per N on this device, speedup, N*                rvqspec.measure.profile
 6. wallclock  inner loop AR vs speculative, interleaved, per drafter at N (the verdict)  rvqspec.measure.bench_spec
-7. wer        synthesize + transcribe per language, AR vs speculative (Table 3)          rvqspec.mini.pipeline
-8. ab         a few clips both ways, WAVs next to the report                              rvqspec.workbench.listening
-9. lossless   the main decoder against the exact AR law, with failing controls           rvqspec.measure.lossless
-10. report    rvqspec.workbench.report.render_report
+7. stream     streamed synthesis AR vs speculative: TTFA, RTF, calls per audio second   rvqspec.mini.bench_stream
+8. wer        synthesize + transcribe per language, AR vs speculative (Table 3)          rvqspec.mini.pipeline
+9. ab         a few clips both ways, WAVs next to the report                              rvqspec.workbench.listening
+10. lossless  the main decoder against the exact AR law, with failing controls           rvqspec.measure.lossless
+11. report    rvqspec.workbench.report.render_report
 
 A step that cannot run (a module it needs is missing, or an earlier step failed) is recorded as
 "not available" (visible in the report), a step that raises is recorded as "failed" with its
@@ -71,6 +72,10 @@ class DemoConfig:
     # wall clock of the inner loop, AR and speculative interleaved frame by frame on English eval
     # frames, per drafter at the operating N: the report's verdict sentence
     wallclock_frames: int = 60
+    # streaming (rvqspec.mini.bench_stream): AR and speculative streams interleaved, this many
+    # passes over the benchmark sentences; the report's timeline and calls-per-second budget
+    stream_sentences: int = 2
+    stream_repeats: int = 1
     # 1 thread: these models are small enough that Python overhead dominates each call, and two
     # torch threads on a busy 2-core machine ran extraction 10x slower than one (measured)
     threads: int = 1
@@ -84,7 +89,7 @@ class DemoConfig:
                     eval_utterances=3, budgets=(4, 16), default_N=16, profile_calls=20, wer_utterances=1,
                     wer_seeds=(0,), ab_languages=("en",), drafters=("reused", "offsets"), mode="quick",
                     lossless_frames=400, lossless_control_frames=200, lossless_always_accept_frames=100,
-                    languages=("en", "de"), wallclock_frames=10)
+                    languages=("en", "de"), wallclock_frames=10, stream_sentences=1)
         base.update(kw)
         return cls(**base)
 
@@ -453,6 +458,20 @@ def step_wallclock(d: Demo) -> dict:
     return {"wallclock": {"N": n, "main_drafter": cfg.main_drafter, "rows": rows}, "_step": {"note": note}}
 
 
+def step_stream(d: Demo) -> dict:
+    """Streamed synthesis of the benchmark sentences, AR and speculative interleaved: time to first
+    audio, real-time factor and model calls per second of audio (the seed's real-time budget)."""
+    from rvqspec.mini.bench_stream import SENTENCES, bench_stream
+
+    cfg = d.config
+    b = bench_stream(d.tts(), d.spec(), sentences=SENTENCES[:cfg.stream_sentences], repeats=cfg.stream_repeats,
+                     seed=cfg.seed, progress=False)
+    b.update(drafter=cfg.main_drafter, N=d.main_n())
+    note = (f"TTFA p50 AR {b['ar']['ttfa_ms_p50']:.0f} ms / spec {b['spec']['ttfa_ms_p50']:.0f} ms; RTF AR "
+            f"{b['ar']['rtf']:.2f} / spec {b['spec']['rtf']:.2f}")
+    return {"stream": b, "_step": {"note": note}}
+
+
 def speed_word(ratio: float) -> str:
     """A ratio of speeds in words: below 1 is a slowdown, everywhere it is shown."""
     return "speed-up" if ratio > 1.0 else ("slowdown" if ratio < 1.0 else "no change")
@@ -558,6 +577,7 @@ STEPS = [
     Step("acceptance", step_acceptance, needs=("trees",)),
     Step("profile", step_profile, needs=("trees",)),
     Step("wallclock", step_wallclock, needs=("trees",)),
+    Step("stream", step_stream, needs=("trees",)),
     Step("wer", step_wer, needs=("trees",)),
     Step("ab", step_ab, needs=("trees",)),
     Step("lossless", step_lossless, needs=("trees",)),

@@ -77,12 +77,11 @@ FONT_STACK = ('system-ui, "Noto Sans", "Noto Sans CJK JP", "Noto Sans CJK SC", "
 
 def figure_html(fig: go.Figure, div_id: str) -> str:
     """A plotly figure as an empty div plus its JSON spec; the page's one loader script draws every
-    spec once plotly.js is unpacked (`page_scripts`). The toolbar stands vertical at the right edge,
-    clear of the left-aligned title."""
-    fig.update_layout(modebar=dict(orientation="v"), title=dict(x=0.0, xanchor="left", xref="paper"),
-                      font=dict(family=FONT_STACK))
+    spec once plotly.js is unpacked (`page_scripts`). The page shows no plotly toolbar (it covered
+    the titles and legends); drag to zoom, double-click to reset and hover still work."""
+    fig.update_layout(title=dict(x=0.0, xanchor="left", xref="paper"), font=dict(family=FONT_STACK))
     spec = json.loads(fig.to_json())
-    spec["config"] = {"displaylogo": False, "responsive": True}
+    spec["config"] = {"displaylogo": False, "responsive": True, "displayModeBar": False}
     # "</" inside a <script> element would end it early: escape the slash (still valid JSON)
     payload = json.dumps(spec, separators=(",", ":")).replace("</", "<\\/")
     return (f'<div class="figure" data-figure="{_esc(div_id)}"><div id="{_esc(div_id)}" class="plotly-graph-div">'
@@ -359,6 +358,37 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
                                 table_id="wallclock-table", digits={"ar_ms_per_frame": 3, "spec_ms_per_frame": 3}))
     else:
         parts.append(_unavailable(results, "wallclock", "inner-loop wall clock"))
+    parts.append("</section>")
+
+    # streaming: timeline of one sentence and the real-time call budget
+    st = results.get("stream") or {}
+    parts.append("<section id='stream'><h2>Streaming: time to first audio and the real-time budget</h2>")
+    if st.get("ar") and st.get("spec"):
+        rows = [{"decoder": m, **{k: st[m].get(k) for k in ("ttfa_ms_p50", "ttfa_ms_p95", "rtf",
+                                                             "talker_calls_per_audio_s", "predictor_calls_per_audio_s",
+                                                             "host_ms_per_frame")}} for m in ("ar", "spec")]
+        ratio = st.get("spec_over_ar_rtf")
+        parts.append(table_html(rows, [("decoder", "decoder"), ("ttfa_ms_p50", "TTFA p50 ms"),
+                                       ("ttfa_ms_p95", "TTFA p95 ms"), ("rtf", "RTF"),
+                                       ("talker_calls_per_audio_s", "talker calls / audio s"),
+                                       ("predictor_calls_per_audio_s", "predictor calls / audio s"),
+                                       ("host_ms_per_frame", "host ms / frame")],
+                                caption=f"N = {_esc(st.get('N', '?'))}, drafter {_esc(st.get('drafter', '?'))}. "
+                                        "AR and speculative streams interleaved in one run; RTF = compute time / "
+                                        "audio time (below 1 keeps ahead of playback)."
+                                        + ("" if ratio is None else f" Speculative streaming ran at "
+                                           f"{speed_phrase(float(ratio))}."), table_id="stream-table",
+                                digits={"rtf": 3}))
+        from rvqspec.workbench.plots import calls_budget, stream_timeline
+
+        parts.append(f"<p>Timeline sentence: {_esc(st.get('timeline_sentence', ''))}</p>")
+        parts.append("<div class='grid'>"
+                     + figure_html(stream_timeline(st, title="Chunk ready vs playback need, one sentence"),
+                                   "fig-stream-timeline")
+                     + figure_html(calls_budget(st, title="Model calls per second of audio"), "fig-calls-budget")
+                     + "</div>")
+    else:
+        parts.append(_unavailable(results, "stream", "streaming"))
     parts.append("</section>")
 
     # Table 2: drafter ablation
