@@ -512,6 +512,7 @@ def step_wer(d: Demo) -> dict:
         rows.append({"language": lang, "n_clips": ar["n"], "audio_min": seconds / 60.0,
                      "ar_tokens_per_call": ar["tokens_per_call"], "spec_tokens_per_call": sp["tokens_per_call"],
                      "ar_wer": ar["wer"], "spec_wer": sp["wer"], "ar_cer": ar["cer"], "spec_cer": sp["cer"],
+                     "ar_per": ar.get("per"), "spec_per": sp.get("per"),
                      "metric": "cer" if lang in ("ja", "zh") else "wer", "N": n})
         clips[lang] = {"ar": ar["clips"], "spec": sp["clips"]}
     note = "; ".join(f"{r['language']}: {r['metric'].upper()} AR {r['ar_' + r['metric']]:.2f} / spec "

@@ -410,17 +410,22 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     if results.get("languages"):
         ns = sorted({r.get("N") for r in results["languages"]}, key=str)
         pct = [{**r, **{k: (100.0 * r[k] if isinstance(r.get(k), (int, float)) else r.get(k))
-                        for k in ("ar_wer", "spec_wer", "ar_cer", "spec_cer")}} for r in results["languages"]]
+                        for k in ("ar_wer", "spec_wer", "ar_cer", "spec_cer", "ar_per", "spec_per")}}
+               for r in results["languages"]]
+        # PER (phoneme error rate) needs a recognizer with a phoneme head; shown when there is one
+        per_cols = ([("ar_per", "AR PER %"), ("spec_per", "Spec PER %")]
+                    if any(r.get("ar_per") is not None for r in results["languages"]) else [])
         parts.append(table_html(pct,
                                 [("language", "Language"), ("n_clips", "clips"), ("audio_min", "Audio (min)"),
                                  ("ar_tokens_per_call", "AR toks/step"), ("ar_wer", "AR WER %"), ("ar_cer", "AR CER %"),
                                  ("spec_tokens_per_call", "Spec toks/step"), ("spec_wer", "Spec WER %"),
-                                 ("spec_cer", "Spec CER %")],
+                                 ("spec_cer", "Spec CER %")] + per_cols,
                                 caption=f"N = {_esc(', '.join(map(str, ns)))}. WER/CER in percent of the mini "
                                         "recognizer on synthesized speech; the headline metric is CER for ja/zh, "
                                         "WER otherwise. Equal in distribution by construction (lossless "
                                         "verification), so differences are sampling noise.", table_id="table3",
-                                digits={"audio_min": 2, "ar_wer": 1, "spec_wer": 1, "ar_cer": 1, "spec_cer": 1}))
+                                digits={"audio_min": 2, "ar_wer": 1, "spec_wer": 1, "ar_cer": 1, "spec_cer": 1,
+                                        "ar_per": 1, "spec_per": 1}))
     else:
         parts.append(_unavailable(results, "wer", "per-language WER parity"))
     parts.append("</section>")
