@@ -44,20 +44,24 @@ import torch
 import torch.nn.functional as F
 
 from rvqspec.core.checkpoint import load_qwen3_tts
-from rvqspec.core.defaults import K, NUM_CODES, TEMPERATURE
+from rvqspec.core.defaults import NUM_CODES, K
 from rvqspec.core.drafters import code_predictor_parameters, make_drafter
 from rvqspec.core.frame_loop import synthesize_codes, teacher_forced_frames
 from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.core.sampling import Sampling, probs
 from rvqspec.core.tree import SparseTree
-from rvqspec.measure.acceptance import (acceptance_table, oracle_tokens_per_call, replay_tokens_per_call,
-                                        verifier_ranks)
+from rvqspec.measure.acceptance import (
+    acceptance_table,
+    oracle_tokens_per_call,
+    replay_tokens_per_call,
+    verifier_ranks,
+)
 from rvqspec.measure.extract import ExtractConfig, ShardDataset, extract
 from rvqspec.measure.metrics import score
 from rvqspec.measure.train_drafter import DrafterTrainConfig, train_drafter
 from rvqspec.mini.codec import CodecConfig, RVQCodec
 from rvqspec.mini.corpus import build_corpus, load_corpus, rows_from_corpus, save_corpus
-from rvqspec.mini.learned_codec import LearnedCodec, LearnedCodecConfig
+from rvqspec.mini.learned_codec import LearnedCodec, LearnedCodecConfig, load_codec
 from rvqspec.mini.phonemes import PhonemeTokenizer
 from rvqspec.mini.recognizer import load_recognizer
 from rvqspec.mini.talker_train import MiniModelConfig, train_mini_model
@@ -232,6 +236,10 @@ def main(argv=None) -> None:
     ap.add_argument("--falsified-if", default="", help="the result that would falsify this gate, written before the run")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--codec-from", default=None,
+                    help="reuse the codec and encoded corpus of this earlier run under --work (same codec config)")
+    ap.add_argument("--codec-only", action="store_true",
+                    help="fit and measure the codec only (codes statistics and resynthesis CER), no model")
     ap.add_argument("--toy", action="store_true", help="toy corpus, codec and model: seconds, for the test")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -239,7 +247,7 @@ def main(argv=None) -> None:
     name = args.name or f"{args.codec}_{args.layout}" + ("_toy" if args.toy else "")
     work = args.work / name
     work.mkdir(parents=True, exist_ok=True)
-    log = lambda m: print(f"[gate {name} {time.time() - t_start:6.0f}s] {m}", flush=True)  # noqa: E731
+    log = lambda m: print(f"[gate {name} {time.time() - t_start:6.0f}s] {m}", flush=True)
 
     if args.toy:
         ccfg = CorpusConfig(model_train_per_language=12, train=12, validation=3, calibration=4, eval_per_language=3,
@@ -261,8 +269,37 @@ def main(argv=None) -> None:
     log("corpus ready")
     if isinstance(codec_cfg, LearnedCodecConfig):
         codec_cfg = dataclasses.replace(codec_cfg, num_phonemes=PhonemeTokenizer.load(tok).vocab_size)
-    codec, corpus = fit_codec(codec_cfg, audio_corpus, work, log)
+    if args.codec_from:
+        src = args.work / args.codec_from
+        codec, corpus = load_codec(src / "codec"), src / "corpus"
+        if codec.config != codec_cfg:
+            raise SystemExit(f"--codec-from: {src / 'codec'} was fitted with another config than --codec {args.codec}")
+        log(f"codec and codes reused from {src}")
+    else:
+        codec, corpus = fit_codec(codec_cfg, audio_corpus, work, log)
     cb = codec_cfg.codebook_size
+    res: dict = {"gate": name, "codec_variant": args.codec, "layout": args.layout, "toy": args.toy,
+                 "falsified_if": args.falsified_if,
+                 "command": "PYTHONPATH=$PWD python scripts/mini_gate.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                 "codec_config": dataclasses.asdict(codec_cfg)}
+    res["codec"] = codec_statistics(corpus, cb, PhonemeTokenizer.load(tok).vocab_size)
+    recognizer = None
+    recog_dir = REPO / "data" / "mini" / "recognizer"
+    if recog_dir.is_dir():
+        recognizer = load_recognizer(recog_dir)
+        dd = load_corpus(audio_corpus, need_audio=True)["eval"]
+        audios = [np.asarray(a, dtype=np.float32) for a in dd.with_format("numpy")["audio"]]
+        texts = list(dd["text"])
+        res["cer"] = {"recognizer": "data/mini/recognizer (committed; trained on the current codec's resynthesis)",
+                      "clean": cer_of(recognizer, audios, texts),
+                      "codec_resynthesis": cer_of(recognizer, [codec.decode(codec.encode(a)) for a in audios], texts)}
+        log(f"cer {json.dumps(res['cer'])}")
+    if args.codec_only:
+        res["scale"] = {"corpus": dataclasses.asdict(ccfg)}
+        res["seconds"] = round(time.time() - t_start, 1)
+        write_json_atomic(args.out, res, indent=1)
+        log(f"wrote {args.out} (codec only)")
+        return
     train_metrics = train_mini_model(corpus, work / "codec", work / "model", config=mcfg, tokenizer_path=tok)
     log(f"model trained {train_metrics}")
     model = load_qwen3_tts(work / "model")
@@ -280,18 +317,13 @@ def main(argv=None) -> None:
     evald = list(ShardDataset(work / "fr_eval", batch_size=512, shuffle=False))
     log("shards extracted")
 
-    res: dict = {"gate": name, "codec_variant": args.codec, "layout": args.layout, "toy": args.toy,
-                 "falsified_if": args.falsified_if,
-                 "command": "PYTHONPATH=$PWD python scripts/mini_gate.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                 "scale": {"corpus": dataclasses.asdict(ccfg), "model_steps": mcfg.steps,
+    res.update({"scale": {"corpus": dataclasses.asdict(ccfg), "model_steps": mcfg.steps,
                            "drafter_steps": args.drafter_steps, "threads": args.threads,
                            "calibration_frames": sum(b[0].shape[0] for b in calib),
                            "eval_frames": sum(b[0].shape[0] for b in evald)},
-                 "codec_config": dataclasses.asdict(codec_cfg), "model_config": dataclasses.asdict(mcfg),
+                 "model_config": dataclasses.asdict(mcfg),
                  "code_predictor_parameters": code_predictor_parameters(cp),
-                 "projection": type(cp.small_to_mtp_projection).__name__, "train": train_metrics}
-    tok_vocab = int(model.config.talker.text_vocab_size)
-    res["codec"] = codec_statistics(corpus, cb, tok_vocab)
+                 "projection": type(cp.small_to_mtp_projection).__name__, "train": train_metrics})
     res["free_running"] = entropy_and_reuse(cp, calib, sampling)
     res["hidden_geometry"] = hidden_geometry(calib, args.seed)
     log("entropy / geometry done")
@@ -323,15 +355,7 @@ def main(argv=None) -> None:
     res["drafters"] = drafter_rows
     res["offsets_share_of_medusa"] = {str(N): round(tpc["offsets"][str(N)] / tpc["medusa"][str(N)], 4) for N in BUDGETS}
 
-    recog_dir = REPO / "data" / "mini" / "recognizer"
-    if recog_dir.is_dir():
-        recognizer = load_recognizer(recog_dir)
-        dd = load_corpus(audio_corpus, need_audio=True)["eval"]
-        audios = [np.asarray(a, dtype=np.float32) for a in dd.with_format("numpy")["audio"]]
-        texts = list(dd["text"])
-        res["cer"] = {"recognizer": "data/mini/recognizer (committed; trained on the current codec's resynthesis)",
-                      "clean": cer_of(recognizer, audios, texts),
-                      "codec_resynthesis": cer_of(recognizer, [codec.decode(codec.encode(a)) for a in audios], texts)}
+    if recognizer is not None:
         n = min(args.ar_sentences, len(ev_t))
         ar = []
         for i in range(n):
@@ -339,7 +363,7 @@ def main(argv=None) -> None:
                                     generator=torch.Generator().manual_seed(i))
             ar.append(codec.decode(c))
         res["cer"]["ar_free_running"] = cer_of(recognizer, ar, ev_text[:n])
-        log(f"cer {json.dumps(res['cer'])}")
+        log(f"ar cer {json.dumps(res['cer']['ar_free_running'])}")
     res["seconds"] = round(time.time() - t_start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out, res, indent=1)

@@ -48,7 +48,7 @@ def test_liftering_keeps_the_envelope_and_drops_fine_structure():
     m = torch.arange(64, dtype=torch.float32)
     smooth = torch.cos(np.pi * (m + 0.5) * 3 / 64).repeat(4).view(1, -1)  # a low-order envelope, 4 sub-frames
     ripple = torch.tensor([1.0, -1.0]).repeat(32).repeat(4).view(1, -1)  # band-to-band texture
-    kept = lambda x: float(c.unproject(c.project(x)).norm() / x.norm())  # noqa: E731
+    kept = lambda x: float(c.unproject(c.project(x)).norm() / x.norm())
     assert kept(smooth) > 0.99
     assert kept(ripple) < 0.1
 
@@ -58,7 +58,7 @@ def test_subframe_smoothing_removes_jitter_across_subframes():
     base = torch.randn(1, 1, 64, generator=torch.Generator().manual_seed(0))
     steady = base.expand(1, 4, 64).reshape(1, -1)
     jitter = (base * torch.tensor([1.0, -1.0, 1.0, -1.0]).view(1, 4, 1)).reshape(1, -1)
-    back = lambda x: c.unproject(c.project(x))  # noqa: E731
+    back = lambda x: c.unproject(c.project(x))
     assert torch.allclose(back(steady), steady, atol=1e-4)
     assert float(back(jitter).norm() / jitter.norm()) < 0.5
 

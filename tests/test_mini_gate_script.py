@@ -36,3 +36,15 @@ def test_gate_harness_toy(tmp_path, codec):
     assert len(cod["marginal_entropy_nats"]) == 16 and max(cod["marginal_entropy_nats"]) <= math.log(cb) + 1e-4
     if "cer" in r:
         assert {"clean", "codec_resynthesis", "ar_free_running"} <= set(r["cer"])
+
+
+def test_gate_harness_codec_only_learned_codec(tmp_path):
+    torch.set_num_threads(1)
+    gate = load_script("mini_gate")
+    out = tmp_path / "gate.json"
+    gate.main(["--toy", "--codec", "r3_learned", "--codec-only", "--out", str(out), "--work", str(tmp_path / "w")])
+    r = json.loads(out.read_text())
+    assert "tokens_per_call" not in r and r["codec_config"]["num_phonemes"] > 1
+    cod = r["codec"]
+    assert len(cod["phoneme_count_model_xent_nats"]) == 16
+    assert all(x > 0 for x in cod["phoneme_count_model_xent_nats"])
