@@ -221,11 +221,55 @@ def cer_of(recognizer, audios, texts) -> dict:
     return {"cer": round(s["cer"], 4), "wer": round(s["wer"], 4), "n": len(texts), "examples": [[texts[0], hyps[0]]]}
 
 
+def _mean(xs) -> float:
+    return float(np.mean(xs)) if xs else float("nan")
+
+
+def markdown_table(results: list[dict]) -> str:
+    """The common measures of several gate JSONs as one markdown table (rows: measures, columns: runs)."""
+    def row(label, fn):
+        cells = []
+        for r in results:
+            try:
+                v = fn(r)
+                cells.append(v if isinstance(v, str) else f"{v:.2f}")
+            except (KeyError, TypeError, IndexError, ZeroDivisionError):
+                cells.append("-")
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    head = "| measure | " + " | ".join(r["gate"] for r in results) + " |\n|---|" + "---|" * len(results)
+    fr = lambda r: r["free_running"]  # noqa: E731
+    lines = [head,
+             row("codec marginal entropy c1 / c8 / c15 (nats)", lambda r: " / ".join(
+                 f"{r['codec']['marginal_entropy_nats'][k]:.2f}" for k in (1, 8, 15))),
+             row("count model given the phoneme, mean c8..c15 (nats)", lambda r: _mean(r["codec"]["phoneme_count_model_xent_nats"][8:])),
+             row("free-running entropy T=0.9, mean c1..c7 (nats)", lambda r: _mean(fr(r)["entropy_softmax_T0.9"][:7])),
+             row("free-running entropy T=0.9, mean c8..c15 (nats)", lambda r: _mean(fr(r)["entropy_softmax_T0.9"][7:])),
+             row("free-running entropy top-k 50, mean c8..c15 (nats)", lambda r: _mean(fr(r)["entropy_sampled_topk50"][7:])),
+             row("verifier p(reused draft), j = 1 / 2 / 3", lambda r: " / ".join(
+                 f"{x:.2f}" for x in fr(r)["reused_draft_verifier_prob"])),
+             row("position-mean cosine, mean (min..max)", lambda r: "{:.2f} ({:.2f}..{:.2f})".format(
+                 r["hidden_geometry"]["position_mean_cosine_mean"], min(r["hidden_geometry"]["position_mean_cosine"]),
+                 max(r["hidden_geometry"]["position_mean_cosine"]))),
+             row("shift R^2, mean", lambda r: r["hidden_geometry"]["shift_r2_mean"]),
+             row("affine R^2 (held out), mean", lambda r: r["hidden_geometry"]["affine_r2_mean"])]
+    for kind in ("reused", "offsets", "shared_low_rank", "medusa", "oracle"):
+        lines.append(row(f"tokens per call {kind}, N = 4 / 16", lambda r, k=kind: "{:.2f} / {:.2f}".format(
+            r["tokens_per_call"][k]["4"], r["tokens_per_call"][k]["16"])))
+    lines += [row("offsets share of Medusa, N = 16", lambda r: f"{100 * r['offsets_share_of_medusa']['16']:.0f}%"),
+              row("CER clean / codec resynthesis (committed recognizer)", lambda r: "{:.1%} / {:.1%}".format(
+                  r["cer"]["clean"]["cer"], r["cer"]["codec_resynthesis"]["cer"])),
+              row("CER free-running AR", lambda r: f"{r['cer']['ar_free_running']['cer']:.1%}"),
+              row("predictor val loss (nats per code)", lambda r: r["train"]["val_loss_cp"])]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--codec", default="kmeans", choices=sorted(CODECS))
     ap.add_argument("--layout", default="mini", choices=("mini", "0.6b"))
-    ap.add_argument("--out", type=Path, required=True, help="JSON result")
+    ap.add_argument("--out", type=Path, help="JSON result")
+    ap.add_argument("--table", type=Path, nargs="+", help="print the markdown table of these gate JSONs and exit")
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "gates")
     ap.add_argument("--name", default=None, help="run folder under --work (default: codec_layout)")
     ap.add_argument("--steps", type=int, default=2500, help="mini-model training steps")
@@ -242,6 +286,11 @@ def main(argv=None) -> None:
                     help="fit and measure the codec only (codes statistics and resynthesis CER), no model")
     ap.add_argument("--toy", action="store_true", help="toy corpus, codec and model: seconds, for the test")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown_table([json.loads(p.read_text()) for p in args.table]))
+        return
+    if args.out is None:
+        ap.error("--out is required")
     torch.set_num_threads(args.threads)
     t_start = time.time()
     name = args.name or f"{args.codec}_{args.layout}" + ("_toy" if args.toy else "")
