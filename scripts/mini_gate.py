@@ -117,8 +117,11 @@ def fit_codec(codec_cfg, audio_corpus: Path, out: Path, log):
     return codec, out / "corpus"
 
 
-def split_arrays(corpus: Path, split: str) -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
+def split_arrays(corpus: Path, split: str, limit: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
+    """English rows of one split (the gate corpus is English only; a committed world's eval is not)."""
     ds = load_corpus(corpus)[split]
+    ds = ds.filter(lambda lang: lang == "en", input_columns="language", keep_in_memory=True)
+    ds = ds.select(range(min(limit or len(ds), len(ds))))
     return ([np.asarray(t, dtype=np.int64) for t in ds["phoneme_frames"]],
             [np.asarray(c, dtype=np.int64) for c in ds["codes"]], list(ds["text"]))
 
@@ -282,6 +285,9 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--codec-from", default=None,
                     help="reuse the codec and encoded corpus of this earlier run under --work (same codec config)")
+    ap.add_argument("--world", type=Path, default=None,
+                    help="measure an existing world instead (DIR/model, DIR/codec, DIR/corpus, e.g. data/mini): "
+                         "no training, no resynthesis CER (its corpus has no audio); the same split sizes")
     ap.add_argument("--codec-only", action="store_true",
                     help="fit and measure the codec only (codes statistics and resynthesis CER), no model")
     ap.add_argument("--toy", action="store_true", help="toy corpus, codec and model: seconds, for the test")
@@ -314,6 +320,10 @@ def main(argv=None) -> None:
         mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, threads=args.threads, seed=args.seed)
         corpus_root = args.work
     mcfg = layout(args.layout, mcfg)
+    if args.world:
+        vocab = int(load_qwen3_tts(args.world / "model").config.talker.text_vocab_size)
+        return measure(args, name, work, ccfg, load_codec(args.world / "codec"), args.world / "corpus",
+                       args.world / "model", vocab, None, None, None, log, t_start, argv)
     audio_corpus, tok = ensure_corpus(corpus_root, ccfg)
     log("corpus ready")
     if isinstance(codec_cfg, LearnedCodecConfig):
@@ -326,16 +336,28 @@ def main(argv=None) -> None:
         log(f"codec and codes reused from {src}")
     else:
         codec, corpus = fit_codec(codec_cfg, audio_corpus, work, log)
-    cb = codec_cfg.codebook_size
-    res: dict = {"gate": name, "codec_variant": args.codec, "layout": args.layout, "toy": args.toy,
-                 "falsified_if": args.falsified_if,
+    train_metrics = None
+    if not args.codec_only:
+        train_metrics = train_mini_model(corpus, work / "codec", work / "model", config=mcfg, tokenizer_path=tok)
+        log(f"model trained {train_metrics}")
+    measure(args, name, work, ccfg, codec, corpus, work / "model", PhonemeTokenizer.load(tok).vocab_size, audio_corpus,
+            mcfg, train_metrics, log, t_start, argv)
+
+
+def measure(args, name, work, ccfg, codec, corpus, model_dir, vocab, audio_corpus, mcfg, train_metrics, log, t_start,
+            argv):
+    """Every common measure of one world (codec, corpus with codes, trained model) -> args.out."""
+    cb = int(codec.config.codebook_size)
+    res: dict = {"gate": name, "codec_variant": "world:" + str(args.world) if args.world else args.codec,
+                 "layout": args.layout, "toy": args.toy, "falsified_if": args.falsified_if,
                  "command": "PYTHONPATH=$PWD python scripts/mini_gate.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                 "codec_config": dataclasses.asdict(codec_cfg)}
-    res["codec"] = codec_statistics(corpus, cb, PhonemeTokenizer.load(tok).vocab_size)
+                 "codec_config": dataclasses.asdict(codec.config)}
+    res["codec"] = codec_statistics(corpus, cb, vocab)
     recognizer = None
     recog_dir = REPO / "data" / "mini" / "recognizer"
     if recog_dir.is_dir():
         recognizer = load_recognizer(recog_dir)
+    if recognizer is not None and audio_corpus is not None:
         dd = load_corpus(audio_corpus, need_audio=True)["eval"]
         audios = [np.asarray(a, dtype=np.float32) for a in dd.with_format("numpy")["audio"]]
         texts = list(dd["text"])
@@ -349,16 +371,14 @@ def main(argv=None) -> None:
         write_json_atomic(args.out, res, indent=1)
         log(f"wrote {args.out} (codec only)")
         return
-    train_metrics = train_mini_model(corpus, work / "codec", work / "model", config=mcfg, tokenizer_path=tok)
-    log(f"model trained {train_metrics}")
-    model = load_qwen3_tts(work / "model")
+    model = load_qwen3_tts(model_dir)
     cp = model.code_predictor
     g = torch.Generator().manual_seed(args.seed)
     sampling = Sampling()
     xc = ExtractConfig(dtype="float32")
-    tr_t, tr_c, _ = split_arrays(corpus, "train")
-    ca_t, ca_c, _ = split_arrays(corpus, "calibration")
-    ev_t, ev_c, ev_text = split_arrays(corpus, "eval")
+    tr_t, tr_c, _ = split_arrays(corpus, "train", ccfg.train)
+    ca_t, ca_c, _ = split_arrays(corpus, "calibration", ccfg.calibration)
+    ev_t, ev_c, ev_text = split_arrays(corpus, "eval", ccfg.eval_per_language)
     extract(cp, frames_of(model, tr_t, tr_c), work / "tf_train", "teacher_forced", xc, progress=False)
     extract(cp, frames_of(model, ca_t, ca_c), work / "fr_calib", "free_running", xc, sampling, g, progress=False)
     extract(cp, frames_of(model, ev_t, ev_c), work / "fr_eval", "free_running", xc, sampling, g, progress=False)
@@ -366,11 +386,12 @@ def main(argv=None) -> None:
     evald = list(ShardDataset(work / "fr_eval", batch_size=512, shuffle=False))
     log("shards extracted")
 
-    res.update({"scale": {"corpus": dataclasses.asdict(ccfg), "model_steps": mcfg.steps,
+    res.update({"scale": {"corpus": dataclasses.asdict(ccfg), "model_steps": mcfg.steps if mcfg else None,
                            "drafter_steps": args.drafter_steps, "threads": args.threads,
                            "calibration_frames": sum(b[0].shape[0] for b in calib),
                            "eval_frames": sum(b[0].shape[0] for b in evald)},
-                 "model_config": dataclasses.asdict(mcfg),
+                 "model_config": dataclasses.asdict(mcfg) if mcfg else json.loads(
+                     (model_dir / "mini_model.json").read_text()).get("config"),
                  "code_predictor_parameters": code_predictor_parameters(cp),
                  "projection": type(cp.small_to_mtp_projection).__name__, "train": train_metrics})
     res["free_running"] = entropy_and_reuse(cp, calib, sampling)
