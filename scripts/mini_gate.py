@@ -98,12 +98,15 @@ def ensure_corpus(work: Path, cfg: CorpusConfig) -> tuple[Path, Path]:
     return audio, tok
 
 
-def fit_codec(codec_cfg, audio_corpus: Path, out: Path, log):
+def fit_codec(codec_cfg, audio_corpus: Path, out: Path, log, fitted=None):
+    """Fit the variant's codec on model_train audio (or take `fitted`), encode every clip, save both."""
     dd = load_corpus(audio_corpus, need_audio=True)
     fit = [np.asarray(a, dtype=np.float32) for a in dd["model_train"].with_format("numpy")["audio"]]
     t0 = time.time()
     g = torch.Generator().manual_seed(codec_cfg.seed)
-    if isinstance(codec_cfg, LearnedCodecConfig):
+    if fitted is not None:
+        codec = fitted
+    elif isinstance(codec_cfg, LearnedCodecConfig):
         phon = [np.asarray(p, dtype=np.int64) for p in dd["model_train"]["phoneme_frames"]]
         codec = LearnedCodec(codec_cfg).fit(fit, phon, g, progress=False)
     else:
@@ -288,6 +291,8 @@ def main(argv=None) -> None:
     ap.add_argument("--world", type=Path, default=None,
                     help="measure an existing world instead (DIR/model, DIR/codec, DIR/corpus, e.g. data/mini): "
                          "no training, no resynthesis CER (its corpus has no audio); the same split sizes")
+    ap.add_argument("--codec-dir", type=Path, default=None,
+                    help="encode the gate corpus with this already fitted codec (e.g. data/mini/codec) instead of fitting")
     ap.add_argument("--codec-only", action="store_true",
                     help="fit and measure the codec only (codes statistics and resynthesis CER), no model")
     ap.add_argument("--toy", action="store_true", help="toy corpus, codec and model: seconds, for the test")
@@ -334,6 +339,12 @@ def main(argv=None) -> None:
         if codec.config != codec_cfg:
             raise SystemExit(f"--codec-from: {src / 'codec'} was fitted with another config than --codec {args.codec}")
         log(f"codec and codes reused from {src}")
+    elif args.codec_dir:
+        codec = load_codec(args.codec_dir)
+        if codec.config != codec_cfg:
+            raise SystemExit(f"--codec-dir: {args.codec_dir} has another config than --codec {args.codec}")
+        codec, corpus = fit_codec(codec_cfg, audio_corpus, work, log, fitted=codec)
+        log(f"codec {args.codec_dir} (already fitted) encoded the corpus")
     else:
         codec, corpus = fit_codec(codec_cfg, audio_corpus, work, log)
     train_metrics = None
