@@ -293,6 +293,7 @@ def main(argv=None) -> None:
                          "no training, no resynthesis CER (its corpus has no audio); the same split sizes")
     ap.add_argument("--codec-dir", type=Path, default=None,
                     help="encode the gate corpus with this already fitted codec (e.g. data/mini/codec) instead of fitting")
+    ap.add_argument("--codec-steps", type=int, default=None, help="training steps of the learned codec (R3)")
     ap.add_argument("--codec-only", action="store_true",
                     help="fit and measure the codec only (codes statistics and resynthesis CER), no model")
     ap.add_argument("--toy", action="store_true", help="toy corpus, codec and model: seconds, for the test")
@@ -332,7 +333,8 @@ def main(argv=None) -> None:
     audio_corpus, tok = ensure_corpus(corpus_root, ccfg)
     log("corpus ready")
     if isinstance(codec_cfg, LearnedCodecConfig):
-        codec_cfg = dataclasses.replace(codec_cfg, num_phonemes=PhonemeTokenizer.load(tok).vocab_size)
+        codec_cfg = dataclasses.replace(codec_cfg, num_phonemes=PhonemeTokenizer.load(tok).vocab_size,
+                                        steps=args.codec_steps or codec_cfg.steps)
     if args.codec_from:
         src = args.work / args.codec_from
         codec, corpus = load_codec(src / "codec"), src / "corpus"
