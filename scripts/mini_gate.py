@@ -77,6 +77,8 @@ CODECS = {
     "kmeans": CodecConfig(),
     "r1_envelope": CodecConfig(scaling="global", lifter=20, subframe_keep=3),
     "r3_learned": LearnedCodecConfig(),
+    # R1 with the entropy-constrained assignment of the earlier skewed-codec world (docs/design.md)
+    "r1_envelope_rate": CodecConfig(scaling="global", lifter=20, subframe_keep=3, rate_lambda=0.001),
 }
 
 
