@@ -447,7 +447,8 @@ def measure(args, name, work, ccfg, codec, corpus, model_dir, vocab, audio_corpu
             c, _ = synthesize_codes(model.talker, cp, torch.from_numpy(ev_t[i]), cb, sampling=sampling,
                                     generator=torch.Generator().manual_seed(i))
             ar.append(codec.decode(c))
-        res["cer"]["ar_free_running"] = cer_of(recognizer, ar, ev_text[:n])
+        res.setdefault("cer", {"recognizer": "data/mini/recognizer (committed)"})["ar_free_running"] = cer_of(
+            recognizer, ar, ev_text[:n])
         log(f"ar cer {json.dumps(res['cer']['ar_free_running'])}")
     res["seconds"] = round(time.time() - t_start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -48,3 +48,20 @@ def test_gate_harness_codec_only_learned_codec(tmp_path):
     cod = r["codec"]
     assert len(cod["phoneme_count_model_xent_nats"]) == 16
     assert all(x > 0 for x in cod["phoneme_count_model_xent_nats"])
+
+
+def test_gate_harness_measures_an_existing_world(tmp_path):
+    """--world: the same measures on a finished world (here the toy gate's own model, codec, corpus)."""
+    torch.set_num_threads(1)
+    gate = load_script("mini_gate")
+    first = tmp_path / "gate.json"
+    gate.main(["--toy", "--out", str(first), "--work", str(tmp_path / "w")])
+    out = tmp_path / "world.json"
+    gate.main(["--toy", "--world", str(tmp_path / "w" / "kmeans_mini_toy"), "--name", "again", "--out", str(out),
+               "--work", str(tmp_path / "w")])
+    a, b = json.loads(first.read_text()), json.loads(out.read_text())
+    assert b["codec_variant"].startswith("world:") and "ar_free_running" in b.get("cer", {"ar_free_running": 0})
+    # the same model, codes and splits: the codec statistics agree exactly, the geometry closely
+    assert b["codec"] == a["codec"]
+    assert b["hidden_geometry"]["position_mean_cosine"] == pytest.approx(a["hidden_geometry"]["position_mean_cosine"],
+                                                                         abs=0.05)
