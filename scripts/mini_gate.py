@@ -295,6 +295,8 @@ def main(argv=None) -> None:
                          "no training, no resynthesis CER (its corpus has no audio); the same split sizes")
     ap.add_argument("--codec-dir", type=Path, default=None,
                     help="encode the gate corpus with this already fitted codec (e.g. data/mini/codec) instead of fitting")
+    ap.add_argument("--rate-lambda", type=float, default=None,
+                    help="override the k-means codec's rate_lambda (entropy-constrained RVQ) for a rate sweep")
     ap.add_argument("--codec-steps", type=int, default=None, help="training steps of the learned codec (R3)")
     ap.add_argument("--codec-only", action="store_true",
                     help="fit and measure the codec only (codes statistics and resynthesis CER), no model")
@@ -325,6 +327,10 @@ def main(argv=None) -> None:
         ccfg = CorpusConfig(model_train_per_language=args.corpus_model_train, train=args.corpus_train, validation=40,
                             calibration=60, eval_per_language=40, languages=("en",))
         codec_cfg = CODECS[args.codec]
+        if args.rate_lambda is not None:
+            if not isinstance(codec_cfg, CodecConfig):
+                raise SystemExit(f"--rate-lambda applies to k-means codecs, not --codec {args.codec}")
+            codec_cfg = dataclasses.replace(codec_cfg, rate_lambda=args.rate_lambda)
         mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, threads=args.threads, seed=args.seed)
         corpus_root = args.work
     mcfg = layout(args.layout, mcfg)
