@@ -24,6 +24,11 @@ Steps (each reuses the package: codec.py, talker_train.py, extract.py, drafters.
 
     PYTHONPATH=$PWD python scripts/mini_gate.py --codec kmeans --layout mini --out docs/measurements/gate_baseline.json
     PYTHONPATH=$PWD python scripts/mini_gate.py --toy --out /tmp/gate_toy.json   # seconds, for the test
+    --codec-dir data/mini/codec   encode with an already fitted codec (the baseline row uses the committed one)
+    --codec-from NAME             reuse the codec and codes of run NAME under --work (e.g. R2 on the baseline's codes)
+    --codec-only                  the codec half: code statistics and resynthesis CER, no model
+    --world data/mini             the same measures on an existing world (the anchor row)
+    --table docs/measurements/gate_*.json   the markdown table of docs/design.md ("Mini world v2 gates")
 
 The gate corpus (English only, built once under --work) is `rvqspec.mini.corpus.build_corpus` with the
 `--corpus-*` sizes. No loss here teaches the predictor to look ahead: the model trains with the
