@@ -82,6 +82,20 @@ class CodecConfig:
     # Non-negative least squares (multiplicative updates) after the pseudo-inverse: measured on 8 English
     # clips with 40 mels, it cut the vocoder-only log-mel distance from 4.8 dB to 2.7 dB
     mel_inverse_iters: int = 30
+    # The space the RVQ quantizes (defaults: the stacked log-mel itself, standardized per dimension).
+    # Per-dimension standardization gives a quiet, near-constant band the same weight as a formant
+    # band, so the deep codebooks spend themselves on low-energy texture nobody can predict from
+    # the text (docs/design.md, "Mini world v2 gates", R1). The three knobs below remove that texture
+    # from the quantized target while the decoder still receives a full log-mel:
+    # - scaling "global": subtract the per-dimension mean but divide by ONE scale, so a band's
+    #   weight in the k-means distortion is its own log-energy variance (loud, moving bands dominate);
+    # - lifter L > 0: keep the first L coefficients of an orthonormal DCT-II of each sub-frame's
+    #   log-mel (cepstral liftering: the smooth spectral envelope, not the fine structure);
+    # - subframe_keep k > 0: keep the first k DCT-II coefficients across the `subframes` sub-frames
+    #   of a frame (smoothing in time inside the 80 ms frame).
+    scaling: str = "per_dim"
+    lifter: int = 0
+    subframe_keep: int = 0
     seed: int = 0
 
     @property
@@ -96,6 +110,11 @@ class CodecConfig:
     def feature_dim(self) -> int:
         return self.subframes * self.n_mels
 
+    @property
+    def code_dim(self) -> int:
+        """Width of the quantized vector: (subframe_keep or subframes) * (lifter or n_mels)."""
+        return (self.subframe_keep or self.subframes) * (self.lifter or self.n_mels)
+
     def validate(self) -> None:
         if self.hop * self.frame_rate != self.sample_rate:
             raise CodecError(f"sample_rate {self.sample_rate} / frame_rate {self.frame_rate} is not a whole hop")
@@ -106,6 +125,12 @@ class CodecConfig:
             raise CodecError(f"n_fft {self.n_fft} is shorter than the sub-frame hop {self.sub_hop}")
         if not (1 <= self.num_codebooks and 2 <= self.codebook_size):
             raise CodecError(f"bad num_codebooks {self.num_codebooks} / codebook_size {self.codebook_size}")
+        if self.scaling not in ("per_dim", "global"):
+            raise CodecError(f"scaling must be 'per_dim' or 'global', got {self.scaling!r}")
+        if not 0 <= self.lifter <= self.n_mels:
+            raise CodecError(f"lifter {self.lifter} must lie in [0, n_mels={self.n_mels}]")
+        if not 0 <= self.subframe_keep <= self.subframes:
+            raise CodecError(f"subframe_keep {self.subframe_keep} must lie in [0, subframes={self.subframes}]")
 
     @classmethod
     def toy(cls) -> "CodecConfig":
@@ -126,6 +151,15 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float, fmax:
     lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]  # (M, 1) each
     fb = np.maximum(0.0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))  # (M, F)
     return torch.from_numpy(fb.astype(np.float32))
+
+
+def dct_basis(n: int, keep: int) -> torch.Tensor:
+    """(keep, n) rows of the orthonormal DCT-II matrix: the first `keep` cosine coefficients."""
+    k = torch.arange(keep, dtype=torch.float64).view(-1, 1)  # (keep, 1)
+    i = torch.arange(n, dtype=torch.float64).view(1, -1)  # (1, n)
+    basis = torch.cos(math.pi * (i + 0.5) * k / n) * math.sqrt(2.0 / n)  # (keep, n)
+    basis[0] /= math.sqrt(2.0)
+    return basis.float()
 
 
 def _sqdist(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -217,6 +251,10 @@ class RVQCodec:
         self.fb = mel_filterbank(config.sample_rate, config.n_fft, config.n_mels, config.fmin, config.fmax)  # (M, F)
         self.fb_pinv = torch.linalg.pinv(self.fb)  # (F, M)
         self.window = torch.hann_window(config.n_fft)  # (n_fft,)
+        # code-space bases (None = identity): mel -> cepstrum per sub-frame, sub-frames -> temporal DCT
+        self.mel_basis = dct_basis(config.n_mels, config.lifter) if config.lifter else None  # (L, M)
+        self.time_basis = (dct_basis(config.subframes, config.subframe_keep)
+                           if config.subframe_keep else None)  # (k, S)
 
     @property
     def fitted(self) -> bool:
@@ -252,6 +290,35 @@ class RVQCodec:
         lm = self.log_mel(audio)  # (T*S, M)
         return lm.reshape(-1, self.config.feature_dim)  # (T, S*M)
 
+    def project(self, feats: torch.Tensor) -> torch.Tensor:
+        """Raw features (T, S*M) -> unstandardized code-space vectors (T, code_dim)."""
+        c = self.config
+        x = feats.reshape(-1, c.subframes, c.n_mels)  # (T, S, M)
+        if self.mel_basis is not None:
+            x = x @ self.mel_basis.T  # (T, S, L)
+        if self.time_basis is not None:
+            x = torch.einsum("ks,tsl->tkl", self.time_basis, x)  # (T, k, L)
+        return x.reshape(x.shape[0], -1)  # (T, code_dim)
+
+    def unproject(self, y: torch.Tensor) -> torch.Tensor:
+        """Code-space vectors (T, code_dim) -> raw features (T, S*M); the transpose of the
+        orthonormal bases, so dropped coefficients come back as zero (a smoothed log-mel)."""
+        c = self.config
+        x = y.reshape(y.shape[0], c.subframe_keep or c.subframes, c.lifter or c.n_mels)  # (T, k, L)
+        if self.time_basis is not None:
+            x = torch.einsum("ks,tkl->tsl", self.time_basis, x)  # (T, S, L)
+        if self.mel_basis is not None:
+            x = x @ self.mel_basis  # (T, S, M)
+        return x.reshape(x.shape[0], -1)  # (T, S*M)
+
+    def standardize(self, feats: torch.Tensor) -> torch.Tensor:
+        """Raw features (T, S*M) -> the standardized vectors the codebooks quantize (T, code_dim)."""
+        return (self.project(feats) - self.mean) / self.std
+
+    def destandardize(self, x: torch.Tensor) -> torch.Tensor:
+        """Standardized code-space vectors (T, code_dim) -> raw features (T, S*M)."""
+        return self.unproject(x * self.std + self.mean)
+
     # -- fitting ----------------------------------------------------------------------------------
     def fit(self, audios: Sequence, generator: torch.Generator | None = None, progress: bool = True) -> "RVQCodec":
         """Fit standardization and residual k-means codebooks to a list of 1-D 16 kHz audio arrays."""
@@ -260,9 +327,14 @@ class RVQCodec:
             generator = torch.Generator().manual_seed(c.seed)
         if len(audios) == 0:
             raise ValueError("RVQCodec.fit needs at least one audio array")
-        feats = torch.cat([self.features(a) for a in tqdm(audios, desc="codec features", disable=not progress)])  # (N, D)
+        feats = torch.cat([self.project(self.features(a))
+                           for a in tqdm(audios, desc="codec features", disable=not progress)])  # (N, D)
         self.mean = feats.mean(0)  # (D,)
-        self.std = feats.std(0).clamp_min(1e-3)  # (D,)
+        if c.scaling == "global":  # one scale: each dimension weighs by its own variance
+            self.std = ((feats - self.mean).pow(2).mean().sqrt().clamp_min(1e-3)
+                        * torch.ones(feats.shape[1]))  # (D,)
+        else:
+            self.std = feats.std(0).clamp_min(1e-3)  # (D,)
         x = (feats - self.mean) / self.std  # (N, D)
         if x.shape[0] > c.fit_max_frames:
             x = x[torch.randperm(x.shape[0], generator=generator)[:c.fit_max_frames]]
@@ -292,7 +364,7 @@ class RVQCodec:
 
     def encode_features(self, feats: torch.Tensor) -> torch.Tensor:
         """(T, Q) codes of raw features (T, D): greedy residual assignment, codebook by codebook."""
-        resid = (feats - self.mean) / self.std  # (T, D)
+        resid = self.standardize(feats)  # (T, D)
         codes = []
         for cb, lp in zip(self.codebooks, self.log_prior):  # (K, D), (K,)
             idx, _ = _assign(resid, cb, cost=rate_cost(lp, self.config.rate_lambda, resid.shape[1]))
@@ -313,10 +385,10 @@ class RVQCodec:
         """(T, D) raw features from codes (T, q); q < num_codebooks uses only the first q codebooks."""
         self._check_fitted()
         codes = self.check_codes(codes)
-        x = torch.zeros(codes.shape[0], self.config.feature_dim)  # (T, D)
+        x = torch.zeros(codes.shape[0], self.config.code_dim)  # (T, code_dim)
         for q in range(codes.shape[1]):
             x += self.codebooks[q][codes[:, q]]
-        return x * self.std + self.mean
+        return self.destandardize(x)  # (T, S*M)
 
     def decode(self, codes, num_codebooks: int | None = None, peak_limit: bool = True) -> np.ndarray:
         """Waveform (T * hop,) float32 at 16 kHz from codes (T, Q) (optionally only the first few);
@@ -421,8 +493,8 @@ class RVQCodec:
             tensors = load_file(str(w_path))
         except (SafetensorError, OSError, ValueError) as exc:
             raise CodecError(f"cannot read codec weights {w_path}: {exc}") from exc
-        want = {"codebooks": (config.num_codebooks, config.codebook_size, config.feature_dim),
-                "mean": (config.feature_dim,), "std": (config.feature_dim,)}
+        want = {"codebooks": (config.num_codebooks, config.codebook_size, config.code_dim),
+                "mean": (config.code_dim,), "std": (config.code_dim,)}
         if config.rate_lambda > 0:
             want["log_prior"] = (config.num_codebooks, config.codebook_size)
         for key, shape in want.items():
@@ -500,12 +572,12 @@ def codec_quality(codec: RVQCodec, audios: Sequence, codebook_counts: Sequence[i
     counts = [q for q in codebook_counts if q <= Q]
     sig, err = 0.0, {q: 0.0 for q in counts}
     for a in audios:
-        f = codec.features(a)  # (T, D)
-        x = (f - codec.mean) / codec.std
+        f = codec.features(a)  # (T, S*M)
+        x = codec.standardize(f)  # (T, code_dim)
         codes = codec.encode_features(f)  # (T, Q)
         sig += x.pow(2).sum().item()
         for q in counts:
-            xq = (codec.decode_features(codes[:, :q]) - codec.mean) / codec.std
+            xq = codec.standardize(codec.decode_features(codes[:, :q]))
             err[q] += (x - xq).pow(2).sum().item()
     snr = {str(q): round(10 * math.log10(sig / max(err[q], 1e-12)), 3) for q in counts}
 

@@ -204,7 +204,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     """Train the mini model and save it in the official layout at out_dir. Returns metrics.
     `init_dir`: continue from that checkpoint's weights (same sizes) instead of a random init."""
     from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
-    from rvqspec.mini.codec import RVQCodec
+    from rvqspec.mini.learned_codec import load_codec
     from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 
     cfg = config or (MiniModelConfig.toy() if toy else MiniModelConfig())
@@ -212,7 +212,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     torch.set_num_threads(cfg.threads)
     tok_path = Path(tokenizer_path) if tokenizer_path else _find_tokenizer(corpus_dir)
     tokenizer = PhonemeTokenizer.load(tok_path)
-    codec = RVQCodec.load(codec_dir)
+    codec = load_codec(codec_dir)  # k-means or learned: the model only needs its codebook size
     cb = int(codec.config.codebook_size)
     qcfg = model_config(cfg, tokenizer.vocab_size, cb)
     texts, codes = [], []
