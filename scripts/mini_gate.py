@@ -350,7 +350,7 @@ def main(argv=None) -> None:
                                         steps=args.codec_steps or codec_cfg.steps)
     if args.codec_from:
         src = args.work / args.codec_from
-        codec, corpus = load_codec(src / "codec"), src / "corpus"
+        codec, corpus, codec_dir = load_codec(src / "codec"), src / "corpus", src / "codec"
         if codec.config != codec_cfg:
             raise SystemExit(f"--codec-from: {src / 'codec'} was fitted with another config than --codec {args.codec}")
         log(f"codec and codes reused from {src}")
@@ -359,12 +359,15 @@ def main(argv=None) -> None:
         if codec.config != codec_cfg:
             raise SystemExit(f"--codec-dir: {args.codec_dir} has another config than --codec {args.codec}")
         codec, corpus = fit_codec(codec_cfg, audio_corpus, work, log, fitted=codec)
+        codec_dir = work / "codec"
         log(f"codec {args.codec_dir} (already fitted) encoded the corpus")
     else:
         codec, corpus = fit_codec(codec_cfg, audio_corpus, work, log)
+        codec_dir = work / "codec"
     train_metrics = None
     if not args.codec_only:
-        train_metrics = train_mini_model(corpus, work / "codec", work / "model", config=mcfg, tokenizer_path=tok)
+        # --codec-from trains on the source run's codec (its codes are what the corpus holds)
+        train_metrics = train_mini_model(corpus, codec_dir, work / "model", config=mcfg, tokenizer_path=tok)
         log(f"model trained {train_metrics}")
     measure(args, name, work, ccfg, codec, corpus, work / "model", PhonemeTokenizer.load(tok).vocab_size, audio_corpus,
             mcfg, train_metrics, log, t_start, argv)
