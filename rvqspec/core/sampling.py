@@ -114,8 +114,11 @@ def warp_tensor(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
     largest value is read from a descending sort (the same value `torch.topk` gives, ties included)."""
     scores = logits.to(torch.float32) / temperature.to(torch.float32)  # (..., V)
     vocab = scores.shape[-1]
-    k = top_k.to(torch.int64)
-    k = torch.where(k <= 0, torch.full_like(k, vocab), k.clamp(max=vocab))  # (1,) HF: 0 = off
+    # (1,) k, HF: 0 = off -> V. Integer arithmetic with minimum, not clamp/where: Core ML's clip is
+    # float-only, and a float index then fails its gather.
+    k = top_k.to(torch.int32)
+    off = (k <= 0).to(torch.int32)
+    k = torch.minimum(k, torch.full((1,), vocab, dtype=torch.int32, device=k.device)) * (1 - off) + off * vocab
     desc = torch.sort(scores, dim=-1, descending=True).values  # (..., V)
     kth = desc.index_select(-1, k - 1)  # (..., 1)
     scores = scores.masked_fill(scores < kth, float("-inf"))
