@@ -126,6 +126,6 @@ def warp_tensor(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
     sorted_scores, sorted_idx = torch.sort(scores, dim=-1, descending=False)  # (..., V)
     cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)  # (..., V)
     keep_top = torch.arange(vocab, device=scores.device) == vocab - 1  # (V,) the top token is always kept
-    drop_sorted = (cum <= thr) & ~keep_top
-    drop = drop_sorted.scatter(-1, sorted_idx, drop_sorted)
+    drop_sorted = ((cum <= thr) & ~keep_top).to(torch.int32)  # int32: Core ML scatters no booleans
+    drop = drop_sorted.scatter(-1, sorted_idx, drop_sorted) > 0  # back to vocabulary order (a permutation)
     return scores.masked_fill(drop, float("-inf"))

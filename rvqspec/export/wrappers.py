@@ -1,4 +1,6 @@
-"""Static-shape export graphs of the code predictor: the AR step and the fused speculative round.
+"""Static-shape export graphs of the code predictor: the AR step and the fused speculative round
+(host-side sampling), and, at the end of this module, the whole AR frame (`FrameGraph`) and the
+whole speculative round (`SpecRoundGraph`) with sampling and acceptance in the graph (issue 16).
 
 One module, `RoundGraph`, covers both: the AR step is the round of the empty tree (q = 1, no
 drafts), the fused call (seed 000 Figure 3) is the round of a tree of N nodes (q = N + 1).
@@ -566,8 +568,9 @@ class SpecRoundGraph(nn.Module):
         scores = warp_tensor(logits[0], temperature, top_k, top_p_tail)  # (q, V)
         point = torch.where(self.vocab == tok[1], 0.0, float("-inf"))  # (V,) round 0: the root "samples" c0
         scores = torch.where(root & first, point.unsqueeze(0), scores)
-        # (q,) never past c15; round 0: only (0,) (logical ops: onnxruntime has no boolean Where)
-        valid = (first & (self.nodes == 1)) | (~first & (m + self.depth_l <= n))
+        # (q,) never past c15; round 0: only (0,) (logical ops: onnxruntime has no boolean Where,
+        # Core ML's converter no `|`)
+        valid = torch.logical_or(first & (self.nodes == 1), ~first & (m + self.depth_l <= n))
         _, ok, last, token = accept(scores.unsqueeze(0), noise.to(torch.float32), tok.unsqueeze(0), valid,
                                     self.parent, self.strict_anc, self.depth_l, self.sibling_before)
         a = self.depth_l.index_select(0, last)  # (1,) accepted drafted nodes
