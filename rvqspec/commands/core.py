@@ -71,6 +71,8 @@ def register(app: typer.Typer) -> None:
         official: bool = typer.Option(_BENCH.official, help="Also time the official HF generate loop."),
         compiled: bool = typer.Option(_BENCH.compiled, help="Also time the compiled predictor "
                                       "(rvqspec.CompiledCodePredictor; needs a C++ compiler, compiles ~1 min)."),
+        frame_graph: bool = typer.Option(_BENCH.frame_graph, "--frame-graph", help="Also time the whole frame as "
+                                         "ONE compiled graph call (rvqspec.export.wrappers.FrameGraph)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout (progress on stderr)."),
         out: Optional[Path] = typer.Option(None, help="Also write the JSON to this file."),
     ) -> None:
@@ -78,7 +80,8 @@ def register(app: typer.Typer) -> None:
         from rvqspec.real.bench_ar import run_bench_ar
 
         bc = replace(_BENCH, calls=calls, frames=frames, warmup=warmup, threads=threads, preset=preset,
-                     official=official, compiled=compiled, dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
+                     official=official, compiled=compiled, frame_graph=frame_graph,
+                     dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
         result = run_bench_ar(bc)
         text = json.dumps(result, indent=2)
         if out is not None:

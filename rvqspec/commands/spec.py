@@ -217,6 +217,8 @@ def register(app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(None, help="torch threads for the full-size timing."),
         compiled: bool = typer.Option(False, help="Full size: also time the q=1 step and the verify calls with "
                                       "the Inductor-compiled decoder stack (rvqspec.core.compiled; about a minute per N)."),
+        backend: List[str] = typer.Option([], "--backend", help="Wall-clock run per inner-loop backend, interleaved "
+                                          "(repeatable: eager, compiled, onnx; rvqspec.measure.bench_backends)."),
         as_json: bool = typer.Option(False, "--json"),
         out: Optional[Path] = typer.Option(None),
     ) -> None:
@@ -239,7 +241,18 @@ def register(app: typer.Typer) -> None:
                                                                                      drafter_name, budget)
             spec = SpeculativeCodePredictor(cp, d, t)
             utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=None)
-            result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames))
+            if backend:
+                from rvqspec.export.backends import BACKENDS
+                from rvqspec.measure.bench_backends import bench_backends
+
+                bad = [b for b in backend if b not in BACKENDS]
+                if bad:
+                    raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}, got {bad[0]!r}")
+                names = ["eager"] + [b for b in dict.fromkeys(backend) if b != "eager"]  # eager: the ratios' base
+                result["backends"] = bench_backends(cp, d, t, frames_for_timing(utts, frames), backends=names,
+                                                    threads=threads or 1)
+            else:
+                result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames))
         if full_size:
             result["full_size"] = bench_full_size(tpc, threads=threads, compiled=compiled)
         _emit(result, as_json, out)
