@@ -24,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from rvqspec.core.compiled import CompileConfig
 from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
@@ -53,7 +54,8 @@ def _median_ms(xs) -> float:
 
 def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[tuple[torch.Tensor, torch.Tensor]],
                    sampling: Sampling = Sampling(), backends: Sequence[str] = BACKENDS, modes=("spec", "ar"),
-                   warmup: int = 3, seed: int = 0, threads: int | None = 1, progress: bool = True) -> dict:
+                   warmup: int = 3, seed: int = 0, threads: int | None = 1, progress: bool = True,
+                   compile_config: CompileConfig = CompileConfig()) -> dict:
     """frames: (talker_hidden (1, 1, E), c0 (1, 1)) pairs. Returns the JSON-able result (module
     docstring). Compiling / exporting happens before the timed frames (seconds in ``setup_s``)."""
     from tqdm import tqdm
@@ -69,7 +71,8 @@ def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[t
         for mode in modes:
             for b in backends:
                 t0 = time.perf_counter()
-                inner = make_inner(b, code_predictor, drafter, tree if mode == "spec" else None, threads=threads or 1)
+                inner = make_inner(b, code_predictor, drafter, tree if mode == "spec" else None, threads=threads or 1,
+                                   compile_config=compile_config)
                 if inner is None:  # eager AR: the MultiCodeDecoder itself
                     inner = code_predictor
                 runners[(mode, b)] = inner
@@ -110,6 +113,7 @@ def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[t
                     agree[m] += all(c == got[0] for c in got)
         n = len(frames)
         result = {"frames": n, "warmup": warmup, "threads": threads, "sampling": sampling.__dict__,
+                  "compile_config": compile_config.__dict__, "modes_run": list(modes),
                   "tree_nodes": len(tree), "drafter": getattr(drafter, "kind", None), "setup_s": setup,
                   "codes_agree_across_backends": {m: f"{agree[m]}/{n}" for m in modes}, "modes": {}}
         for m in modes:

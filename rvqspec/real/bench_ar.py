@@ -44,6 +44,7 @@ class BenchARConfig:
     official: bool = True         # also time the official generate loop
     compiled: bool = True         # also time the compiled predictor (needs a C++ compiler)
     frame_graph: bool = False     # also time the whole frame as ONE compiled graph call (FrameGraph)
+    frame_graph_autotune: bool = False  # Inductor max_autotune for it (frozen weights either way)
     seed: int = 0
     c0_vocab: int = 3072          # talker codec vocabulary (the c0 table)
     sampling: dict = field(default_factory=dict)  # Sampling(**sampling); {} = deployed subtalker defaults
@@ -174,12 +175,13 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
             if bc.frame_graph:
                 if B != 1:
                     raise ValueError(f"frame_graph times one row per frame; got batch={B}")
+                from rvqspec.core.compiled import CompileConfig
                 from rvqspec.export.backends import compiled_call
                 from rvqspec.export.host import graph_ar_frame
                 from rvqspec.export.wrappers import frame_graph as make_frame_graph
 
                 fg = make_frame_graph(ours)
-                gcall = compiled_call(fg)
+                gcall = compiled_call(fg, CompileConfig(max_autotune=bc.frame_graph_autotune))
                 t0 = time.perf_counter()
                 graph_ar_frame(gcall, fg, th, int(c0_ids[0, 0]), s, frame_gen)  # compiles the frame graph
                 graph_compile_s = time.perf_counter() - t0
