@@ -72,6 +72,8 @@ def register(app: typer.Typer) -> None:
         official: bool = typer.Option(_BENCH.official, help="Also time the official HF generate loop."),
         compiled: bool = typer.Option(_BENCH.compiled, help="Also time the compiled predictor "
                                       "(rvqspec.CompiledCodePredictor; needs a C++ compiler, compiles ~1 min)."),
+        frame_graph: bool = typer.Option(_BENCH.frame_graph, "--frame-graph", help="Also time the whole frame as "
+                                         "ONE compiled graph call (rvqspec.export.wrappers.FrameGraph)."),
         as_json: bool = opt.as_json("Print only JSON on stdout (progress on stderr)."),
         out: Optional[Path] = opt.out(),
     ) -> None:
@@ -80,7 +82,8 @@ def register(app: typer.Typer) -> None:
         from rvqspec.real.bench_ar import run_bench_ar
 
         bc = replace(_BENCH, calls=calls, frames=frames, warmup=warmup, threads=threads, preset=preset,
-                     official=official, compiled=compiled, dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
+                     official=official, compiled=compiled, frame_graph=frame_graph,
+                     dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
         result = run_bench_ar(bc)
         if out is not None:
             write_json_atomic(out, result, indent=2)

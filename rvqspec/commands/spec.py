@@ -250,6 +250,8 @@ def register(app: typer.Typer) -> None:
         greedy: bool = opt.greedy(),
         as_json: bool = opt.as_json(),
         out: Optional[Path] = opt.out(),
+        backend: List[str] = typer.Option([], "--backend", help="Wall-clock run per inner-loop backend, interleaved "
+                                          "(repeatable: eager, compiled, onnx; rvqspec.measure.bench_backends)."),
     ) -> None:
         """Wall-clock inner loop AR vs speculative (mini) and the full-size verify overhead / projection."""
         from rvqspec.core.drafters import load_drafter
@@ -276,7 +278,18 @@ def register(app: typer.Typer) -> None:
                                                                                      drafter_name, budget)
             spec = SpeculativeCodePredictor(cp, d, t)
             utts = _frames_fn(frames_fn)(model_dir=model_dir, split=split, language=language, max_utterances=None)
-            result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames), sampling=sampling)
+            if backend:
+                from rvqspec.export.backends import BACKENDS
+                from rvqspec.measure.bench_backends import bench_backends
+
+                bad = [b for b in backend if b not in BACKENDS]
+                if bad:
+                    raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}, got {bad[0]!r}")
+                names = ["eager"] + [b for b in dict.fromkeys(backend) if b != "eager"]  # eager: the ratios' base
+                result["backends"] = bench_backends(cp, d, t, frames_for_timing(utts, frames), sampling=sampling,
+                                                    backends=names, threads=threads or 1)
+            else:
+                result["mini"] = bench_inner_loop(cp, spec, frames_for_timing(utts, frames), sampling=sampling)
         if full_size:
             result["full_size"] = bench_full_size(tpc, threads=threads, compiled=compiled)
         _emit(result, as_json, out)

@@ -3,6 +3,7 @@ checkpoint (a directory with `speech_tokenizer/`), AR or speculative."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -10,21 +11,28 @@ import typer
 
 from rvqspec.commands import options as opt
 from rvqspec.core.defaults import NUM_CODES
+from rvqspec.core.jsonfile import write_json_atomic
 
 
-def _inner(tts, drafter: Optional[Path], tree: Optional[Path], skip_hash_check: bool = False):
-    """The inner loop: AR (no drafter/tree) or speculative over the same weights."""
-    if drafter is None and tree is None:
-        return None
-    if drafter is None or tree is None:
+def _inner(tts, drafter: Optional[Path], tree: Optional[Path], skip_hash_check: bool = False, backend: str = "eager"):
+    """The inner loop: AR (no drafter/tree) or speculative over the same weights, on `backend`
+    (rvqspec.export.backends: eager | compiled | onnx)."""
+    from rvqspec.export.backends import BACKENDS
+
+    if backend not in BACKENDS:
+        raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if (drafter is None) != (tree is None):
         raise typer.BadParameter("speculative mode needs both --drafter and --tree")
+    if drafter is None and backend == "eager":
+        return None
     from rvqspec.core.drafters import load_drafter
-    from rvqspec.core.speculative import SpeculativeCodePredictor
     from rvqspec.core.tree import SparseTree
+    from rvqspec.export.backends import make_inner
 
     cp = tts.code_predictor
-    return SpeculativeCodePredictor(cp, load_drafter(drafter, cp, check_hash=not skip_hash_check),
-                                    SparseTree.load(tree))
+    d = None if drafter is None else load_drafter(drafter, cp, check_hash=not skip_hash_check)
+    t = None if tree is None else SparseTree.load(tree)
+    return make_inner(backend, cp, d, t)
 
 
 SPEAKER_HELP = "CustomVoice speaker (official checkpoints)"
@@ -127,11 +135,16 @@ def register(app: typer.Typer) -> None:
                                                "frames are generated (OUT grows as OUT.partial, renamed when done)."),
                    chunk_frames: int = typer.Option(4, "--chunk-frames", help="Frames (80 ms) per streamed chunk."),
                    play: bool = typer.Option(False, "--play", help="With --stream: also play chunks through aplay, "
-                                             "paplay or ffplay when one is installed.")):
+                                             "paplay or ffplay when one is installed."),
+                   backend: str = typer.Option("eager", "--backend",
+                                               help="Inner loop: eager | compiled (torch.compile graphs) | onnx."),
+                   codes_out: Optional[Path] = typer.Option(None, "--codes-out",
+                                                            help="Also write the frame codes (T, 16) as JSON here.")):
         """Synthesize TEXT with the mini model or an official checkpoint and write a WAV file."""
         import soundfile as sf
         import torch
 
+        from rvqspec.core.jsonfile import write_json_atomic
         from rvqspec.mini.pipeline import MiniTTS
         from rvqspec.real.wer import TextItem, is_official_checkpoint
 
@@ -159,7 +172,7 @@ def register(app: typer.Typer) -> None:
         if chunk_frames < 1:
             raise typer.BadParameter(f"--chunk-frames must be >= 1, got {chunk_frames}")
         tts = MiniTTS.load(data, model_dir=model)
-        inner = _inner(tts, drafter, tree, skip_hash_check)
+        inner = _inner(tts, drafter, tree, skip_hash_check, backend)
         if stream:
             _synthesize_stream(tts, text, lang, seed, sampling, inner, out, chunk_frames, play)
             return
@@ -168,9 +181,15 @@ def register(app: typer.Typer) -> None:
         tmp = out.with_name(f".{out.name}.tmp")  # a crash leaves no half-written WAV under the real name
         sf.write(str(tmp), syn.audio, syn.sample_rate, format="WAV")
         tmp.replace(out)
+        if codes_out is not None:
+            write_json_atomic(codes_out, dict(text=text, lang=lang, seed=seed, backend=backend, sampling=asdict(sampling),
+                                              drafter=None if drafter is None else str(drafter),
+                                              tree=None if tree is None else str(tree),
+                                              codes=[[int(c) for c in row] for row in syn.codes.tolist()]))
         typer.echo(json.dumps(dict(out=str(out), seconds_audio=round(len(syn.audio) / syn.sample_rate, 3),
                                    frames=syn.stats.frames, tokens_per_call=round(syn.stats.tokens_per_call, 3),
-                                   synthesis_seconds=round(syn.seconds, 3))))
+                                   synthesis_seconds=round(syn.seconds, 3), backend=backend,
+                                   codes_out=None if codes_out is None else str(codes_out))))
 
     @app.command()
     def wer(texts: Path = typer.Option(..., "--texts", help="UTF-8 file, one sentence per line."),

@@ -86,3 +86,46 @@ def sample_logits(logits: torch.Tensor, sampling: Sampling, generator: torch.Gen
     if not sampling.do_sample:
         return logits.argmax(dim=-1)
     return sample(probs(logits, sampling), generator)
+
+
+def sampling_tensors(sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The graph inputs (temperature (1,) float32, top_k (1,) int32, top_p_tail (1,) float32) that
+    make `warp_tensor` compute `warp_logits(., sampling)`. top_p_tail = 1 - top_p is computed here in
+    float64 and rounded once, as `warp_logits` compares with the Python float 1 - top_p (a float32
+    subtraction in the graph would round differently); -1 when top-p is off. Greedy is (1, 1, -1):
+    top-1 keeps the maximum (and its ties), so the Gumbel-max sample with zero noise is the argmax
+    of the raw logits."""
+    if not sampling.do_sample:
+        return torch.ones(1), torch.ones(1, dtype=torch.int32), torch.full((1,), -1.0)
+    tail = 1.0 - float(sampling.top_p) if sampling.top_p < 1.0 else -1.0
+    return (torch.tensor([float(sampling.temperature)], dtype=torch.float32),
+            torch.tensor([int(sampling.top_k or 0)], dtype=torch.int32),
+            torch.tensor([tail], dtype=torch.float32))
+
+
+def warp_tensor(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p_tail: torch.Tensor
+                ) -> torch.Tensor:
+    """`warp_logits` with the settings as tensors (graph inputs), static shapes, no Python branch on
+    values: logits (..., V) -> float32 scores (..., V), -inf outside the kept support.
+
+    Each step is an exact no-op at its "off" value, so the result equals `warp_logits` bit for bit:
+    dividing by temperature 1.0 is exact; top_k <= 0 (off) or >= V keeps the V-th largest value, the
+    minimum; top_p_tail = -1 (top-p off) lies below any cumulative mass. The k-th
+    largest value is read from a descending sort (the same value `torch.topk` gives, ties included)."""
+    scores = logits.to(torch.float32) / temperature.to(torch.float32)  # (..., V)
+    vocab = scores.shape[-1]
+    # (1,) k, HF: 0 = off -> V. Integer arithmetic with minimum, not clamp/where: Core ML's clip is
+    # float-only, and a float index then fails its gather.
+    k = top_k.to(torch.int32)
+    off = (k <= 0).to(torch.int32)
+    k = torch.minimum(k, torch.full((1,), vocab, dtype=torch.int32, device=k.device)) * (1 - off) + off * vocab
+    desc = torch.sort(scores, dim=-1, descending=True).values  # (..., V)
+    kth = desc.index_select(-1, k - 1)  # (..., 1)
+    scores = scores.masked_fill(scores < kth, float("-inf"))
+    thr = top_p_tail.to(torch.float32)  # (1,)
+    sorted_scores, sorted_idx = torch.sort(scores, dim=-1, descending=False)  # (..., V)
+    cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)  # (..., V)
+    keep_top = torch.arange(vocab, device=scores.device) == vocab - 1  # (V,) the top token is always kept
+    drop_sorted = ((cum <= thr) & ~keep_top).to(torch.int32)  # int32: Core ML scatters no booleans
+    drop = drop_sorted.scatter(-1, sorted_idx, drop_sorted) > 0  # back to vocabulary order (a permutation)
+    return scores.masked_fill(drop, float("-inf"))

@@ -32,9 +32,9 @@ import torch.nn.functional as F
 
 from rvqspec.core.drafters import Drafter
 from rvqspec.core.model import decoder_stack, rms_norm
-from rvqspec.core.sampling import Sampling, probs
+from rvqspec.core.sampling import Sampling, probs, warp_logits
 from rvqspec.core.tree import SparseTree, TreeError
-from rvqspec.core.verify import draw, race, verify_walk
+from rvqspec.core.verify import AcceptTables, accept, gumbel_max, gumbel_noise, verify_walk
 
 
 class NonFiniteHiddenError(ValueError):
@@ -80,8 +80,7 @@ class _Plan:
     R: int
     spans: list                      # per depth d: (lo, hi) node index range (canonical order keeps depths contiguous)
     parent: torch.Tensor             # (q,) long, root's parent clamped to 0
-    anc: torch.Tensor                # (q, q) bool ancestor-or-self mask
-    anc_nodes: torch.Tensor          # (q, q) bool ancestor-or-self mask without the root column
+    tables: AcceptTables             # the acceptance rule's per-tree constants
     masks: list                      # m -> (1, 1, q, max_len) additive
     positions: list                  # m -> (1, q) long
     rope: list                       # m -> (cos, sin) each (1, 1, q, head_dim)
@@ -158,9 +157,7 @@ class SpeculativeCodePredictor:
             slots.append(torch.arange(start, start + q, device=device))  # (q,)
             valid.append((m + depth <= n).to(device))  # (q,)
         plan = _Plan(q=q, max_len=max_len, tok_index=tok_index, R=R, spans=spans,
-                     parent=b.parent.clamp(min=0).to(device), anc=b.mask.to(device),
-                     anc_nodes=torch.cat([torch.zeros(q, 1, dtype=torch.bool), b.mask[:, 1:]], 1).to(device),
-                     masks=masks,
+                     parent=b.parent.clamp(min=0).to(device), tables=AcceptTables.of(b, device), masks=masks,
                      positions=positions, rope=rope, slots=slots, valid=valid)
         self._plans[key] = plan
         return plan
@@ -276,34 +273,38 @@ class SpeculativeCodePredictor:
         greedy = not sampling.do_sample
         codes = [0] * (n + 1)  # c0..c15 as ints (slot 0 unused)
         stats = SpecStats(frames=1)
+        V = cp.config.vocab_size
+
+        def noise(rows: int) -> torch.Tensor:  # (rows, V) Gumbel noise from the caller's generator; greedy: 0
+            if greedy:
+                return torch.zeros(rows, V, device=device)
+            return gumbel_noise((rows, V), generator, device)
+
         # prefill: c1 ~ p(h_1) and drafts for c2..c4 from the same hidden state (Figure 3)
         logits1, h = self.prefill(cache, talker_hidden, c0)
-        p1 = probs(logits1, sampling)  # (1, V)
-        committed = p1.argmax(-1) if greedy else draw(p1, generator)  # (1,)
+        # c1 takes row 1 (node (0,)) of a (q, V) block: the draws of the export graphs' round 0
+        committed = gumbel_max(warp_logits(logits1, sampling), noise(pl.q)[1:2])  # (1,)
         stats.calls = 1
         m = 1
         codes[1] = int(committed)
         nodes = self.draft_tokens(h, 1)  # (N,)
         filled = 2
+        t = pl.tables
         while True:
             tokens = torch.cat([committed, nodes]).view(1, pl.q)  # (1, q) [c_m, drafts]
             hidden, logits = self.verify_call(cache, m, tokens)
             stats.calls += 1
-            p = probs(logits, sampling)  # (1, q, V) the verifier's deployed distribution per node
             if self.rule == "walk":
+                p = probs(logits, sampling)  # (1, q, V) the verifier's deployed distribution per node
                 res = verify_walk(p, tokens, self.buffers, pl.valid[m], generator=generator, greedy=greedy,
                                   _control=self._control)
-                ok_nodes = res.path[0, 1:1 + int(res.accepted[0])]
-                y = res.token
-            else:
-                # sample-once-per-node form (rvqspec.core.verify.verify_sampled), inlined for B = 1. Siblings
-                # are distinct top-R candidates of one depth, so no duplicate guard is needed here.
-                y = p[0].argmax(-1) if greedy else race(p[0], generator)  # (q,) one draw per node
-                match = (tokens[0] == y[pl.parent]) & pl.valid[m]  # (q,) node token == parent's draw
-                # a node is accepted iff every strict, non-root ancestor-or-self matched
-                okl = (~(pl.anc_nodes & ~match).any(-1)).tolist()  # (q,) -> list of bools
-                ok_nodes = None
-            path = ok_nodes.tolist() if ok_nodes is not None else [i for i in range(1, pl.q) if okl[i]]
+                path = res.path[0, 1:1 + int(res.accepted[0])].tolist()
+                y_next = res.token  # (1,)
+            else:  # THE acceptance rule (rvqspec.core.verify.accept), one Gumbel sample per node
+                _, ok, _, y_next = accept(warp_logits(logits, sampling), noise(pl.q).unsqueeze(0), tokens,
+                                               pl.valid[m], t.parent, t.strict_anc, t.depth, t.sibling_before)
+                okl = ok[0].tolist()  # (q,) one host read; canonical order lists the chain by depth
+                path = [i for i in range(1, pl.q) if okl[i]]
             a = len(path)
             last = path[-1] if a else 0
             start = m + 1
@@ -319,7 +320,7 @@ class SpeculativeCodePredictor:
             stats.accepted_lengths.append(a)
             m_new = m + a + 1  # index of the emitted token
             if m_new <= n:
-                committed = y[last:last + 1] if self.rule != "walk" else y[:1]  # (1,)
+                committed = y_next  # (1,)
                 codes[m_new] = int(committed)
             filled = start + a + 1
             if callback is not None:

@@ -13,14 +13,24 @@ warpers (`rvqspec.core.sampling.probs`: temperature -> top-k -> top-p). A drafte
 Reaching child k and accepting it has probability p(x_k); every other token comes out with
 probability p(y): node by node this is autoregressive sampling. Two forms are implemented:
 
-* `verify_walk`: the sibling walk above (the reference form, vectorised over B rows, a Python loop
-  over depth x siblings). Duplicate sibling tokens are harmless here: after the first one is
-  rejected r(x) = 0 and the strict test never accepts the second.
-* `verify_sampled`: the equivalent "sample y ~ p once at every node, descend into the child equal to
-  y" form (references.md), fully vectorised with no loop and no host sync, used by the decoder.
-  Duplicate siblings are removed (only the first of equal tokens can match).
+* `accept` (THE rule every decoding path runs: the eager decoder `rvqspec.core.speculative`, its
+  compiled form, the export host loop `rvqspec.export.host` and the exported round graph
+  `rvqspec.export.wrappers`): the equivalent "sample y ~ p once at every node, descend into the child
+  equal to y" form (references.md), written as pure tensor code with static shapes and no host sync.
+  The randomness enters as an explicit Gumbel noise tensor G (B, q, V) that the host draws from the
+  caller's `torch.Generator` (`gumbel_noise`): y = argmax(scores + G) is Gumbel-max sampling from
+  softmax(scores) (scores = warped logits, or log p). So a graph running `accept` is a pure function
+  and every backend gives the same codes for the same noise up to its float rounding. Greedy decoding
+  passes G = 0 (y = argmax). Duplicate siblings are removed (only the first of equal tokens can match).
+* `verify_sampled`: `accept` on probabilities with the noise drawn from a generator (the entry point
+  of the statistical tests).
+* `verify_walk`: the sibling walk above with the residual rule, an independent reference form (a
+  Python loop over depth x siblings) that the statistical tests check next to `accept`, and that
+  carries the tests' deliberately wrong negative controls. No decoding path runs it by default.
+  Duplicate sibling tokens are harmless here: after the first one is rejected r(x) = 0 and the
+  strict test never accepts the second.
 
-Both give the same joint law (tests/test_verify_stats.py checks both by chi-square against exact
+Both forms give the same joint law (tests/test_verify_stats.py checks both by chi-square against exact
 enumeration). Greedy decoding (do_sample=False) is y = argmax p at every node: accept a child iff it
 equals the argmax, emit the argmax.
 
@@ -76,14 +86,10 @@ def draw(weights: torch.Tensor, generator: torch.Generator | None = None) -> tor
     return idx.view(lead)
 
 
-def race(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One index per row of p (..., V) by the exponential race: argmax p / E with E ~ Exp(1) i.i.d.
-
-    Exact (index i wins with probability p_i / sum p; Gumbel-max in another form), three tensor ops,
-    so cheaper per call than `torch.multinomial` for many small rows. E is clamped away from 0 so a
-    zero-probability token scores exactly 0 and can never win against a positive one."""
-    e = torch.empty_like(p, dtype=torch.float32).exponential_(generator=generator).clamp_(min=1e-30)
-    return (p.to(torch.float32) / e).argmax(-1)
+def gumbel_max(scores: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """(..., V) scores and Gumbel noise -> (...,) long: argmax(scores + G), a sample ~ softmax(scores)
+    (greedy: G = 0). The one sampling expression of `accept`, the AR frame graph and the decoders."""
+    return (scores + noise).argmax(-1)
 
 
 def _path(buffers: TreeBuffers, last: torch.Tensor) -> torch.Tensor:
@@ -99,34 +105,90 @@ def _path(buffers: TreeBuffers, last: torch.Tensor) -> torch.Tensor:
     return out[:, : D + 1]
 
 
+@dataclass(frozen=True)
+class AcceptTables:
+    """The per-tree constants `accept` reads, as tensors (a graph registers them as buffers)."""
+
+    parent: torch.Tensor          # (q,) long: parent node, the root's clamped to 0
+    strict_anc: torch.Tensor      # (q, q) bool: [j, k] = k is an ancestor-or-self of j and not the root
+    depth: torch.Tensor           # (q,) long
+    sibling_before: torch.Tensor  # (q, q) bool: [j, k] = k is a sibling of j visited before j
+
+    @classmethod
+    def of(cls, buffers: TreeBuffers, device=None) -> "AcceptTables":
+        strict = buffers.mask.clone()
+        strict[:, 0] = False
+        return cls(parent=buffers.parent.clamp(min=0).to(device), strict_anc=strict.to(device),
+                   depth=buffers.depth.to(device), sibling_before=buffers.sibling_before.to(device))
+
+
+def gumbel_noise(shape, generator: torch.Generator | None = None, device=None) -> torch.Tensor:
+    """Standard Gumbel noise (float32, `shape`) from `generator`: G = -log(-log U), U uniform drawn in
+    float64 and clamped away from 0, so G is always finite (-6.6 < G < 37; an infinite G would turn a
+    -inf score, a token outside the support, into NaN). Uniforms, not `exponential_`: drawing them
+    is several times cheaper, and the noise is drawn on the host every round."""
+    u = torch.rand(tuple(shape), generator=generator, dtype=torch.float64, device=device).clamp_(min=1e-300)
+    return (-(-u.log()).log()).to(torch.float32)
+
+
+def check_noise(noise: torch.Tensor, shape) -> None:
+    """Host-side check of caller-given noise (graphs cannot raise): shape and finiteness."""
+    if tuple(noise.shape) != tuple(shape):
+        raise ValueError(f"noise must have shape {tuple(shape)}, got {tuple(noise.shape)}")
+    if not noise.is_floating_point():
+        raise ValueError(f"noise must be a float tensor, got dtype {noise.dtype}")
+    if not bool(torch.isfinite(noise).all()):
+        raise ValueError("noise holds a non-finite value (NaN or inf); Gumbel noise must be finite")
+
+
+def accept(scores: torch.Tensor, noise: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor,
+           parent: torch.Tensor, strict_anc: torch.Tensor, depth: torch.Tensor, sibling_before: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """THE lossless tree acceptance rule (seed 000 §2.2; references.md "sample once per node" form).
+
+    scores (B, q, V) float: the verifier's warped logits at every node (-inf outside the kept support;
+    log p works too), index 0 = the committed root; noise (B, q, V) float: Gumbel noise (zeros:
+    greedy); tokens (B, q) long: each node's draft token (index 0 ignored); valid (B, q) or (q,) bool:
+    nodes that may be accepted; parent, strict_anc, depth, sibling_before: `AcceptTables`.
+
+    Returns y (B, q) long, the sample at every node; ok (B, q) bool, the accepted nodes (root
+    included: they form one chain); last (B,) long, the deepest accepted node; token (B,) long, the
+    code emitted after it (residual sample after a rejection, bonus at a leaf: both are y[last]).
+
+    Pure tensor code, static shapes: it runs unchanged in eager PyTorch, under torch.compile, and
+    traced into ONNX / Core ML."""
+    y = gumbel_max(scores, noise)  # (B, q): one sample ~ softmax(scores) per node
+    match = (tokens == y.index_select(1, parent)) & valid  # (B, q): node token == its parent's sample
+    same = tokens.unsqueeze(2) == tokens.unsqueeze(1)  # (B, q, q)
+    match = match & ~(same & sibling_before).any(-1)  # only the first of equal sibling tokens can match
+    # a node is accepted iff every non-root ancestor-or-self matched (root row: nothing to match)
+    ok = ~(strict_anc & ~match.unsqueeze(1)).any(-1)  # (B, q)
+    # accepted nodes form a single chain (one matching child per node), so the deepest is unique
+    last = (ok.to(depth.dtype) * (depth + 1)).argmax(-1)  # (B,)
+    token = y.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
+    return y, ok, last, token
+
+
 def verify_sampled(p: torch.Tensor, tokens: torch.Tensor, buffers: TreeBuffers, valid: torch.Tensor | None = None,
                    generator: torch.Generator | None = None, greedy: bool = False,
-                   y: torch.Tensor | None = None) -> VerifyResult:
-    """Lossless tree acceptance, sample-once-per-node form (vectorised, no host sync).
-
-    p (B, q, V): verifier distribution at every node (index 0 = committed root); tokens (B, q) long:
-    each node's draft token (index 0 ignored); valid (B, q) or (q,) bool: nodes that may be accepted.
-    ``y`` (B, q) may pass pre-drawn per-node samples (e.g. from in-graph sampling); otherwise they are
-    drawn here with ``generator`` (or taken as argmax when ``greedy``).
-    """
+                   noise: torch.Tensor | None = None) -> VerifyResult:
+    """`accept` on probabilities p (B, q, V) (log p as the scores); tokens (B, q) long; valid (B, q)
+    or (q,) bool. The Gumbel noise is ``noise`` if given (checked), else zeros when ``greedy``, else
+    drawn from ``generator``."""
     valid = _check(p, tokens, buffers, valid)
-    B, q, _ = p.shape
+    B, q, V = p.shape
     dev = p.device
-    if y is None:
-        y = p.argmax(-1) if greedy else race(p, generator)  # (B, q) one sample per node (the decoder's sampler)
-    parent = buffers.parent.clamp(min=0).to(dev)
-    match = (tokens == y[:, parent]) & valid  # (B, q): node's token equals its parent's sample
-    if bool(buffers.sibling_before.any()):
-        same = tokens[:, :, None] == tokens[:, None, :]  # (B, q, q)
-        dup = (same & buffers.sibling_before.to(dev)).any(-1)  # (B, q) an earlier sibling has this token
-        match = match & ~dup
-    match[:, 0] = True
-    ok = ~(buffers.mask.to(dev) & ~match[:, None, :]).any(-1)  # (B, q): every ancestor-or-self matched
-    depth = buffers.depth.to(dev)
-    # accepted nodes form a single chain (one matching child per node), so the deepest is unique
-    last = (ok * (depth + 1)).argmax(-1)  # (B,)
-    token = y.gather(1, last[:, None]).squeeze(1)  # (B,)
-    return VerifyResult(last=last, accepted=depth[last], token=token, path=_path(buffers, last))
+    if noise is not None:
+        check_noise(noise, (B, q, V))
+        noise = noise.to(device=dev, dtype=torch.float32)
+    elif greedy:
+        noise = torch.zeros(B, q, V, device=dev)
+    else:
+        noise = gumbel_noise((B, q, V), generator, dev)
+    t = AcceptTables.of(buffers, dev)
+    _, _, last, token = accept(p.to(torch.float32).log(), noise, tokens, valid, t.parent, t.strict_anc, t.depth,
+                               t.sibling_before)
+    return VerifyResult(last=last, accepted=t.depth[last], token=token, path=_path(buffers, last))
 
 
 def verify_walk(p: torch.Tensor, tokens: torch.Tensor, buffers: TreeBuffers, valid: torch.Tensor | None = None,
@@ -134,7 +196,7 @@ def verify_walk(p: torch.Tensor, tokens: torch.Tensor, buffers: TreeBuffers, val
                 _control: str | None = None) -> VerifyResult:
     """Lossless tree acceptance, sibling-walk form with the residual rule (see module docstring).
 
-    Same arguments as `verify_sampled`. ``_control`` is for tests only and makes the rule WRONG on
+    Same arguments as `verify_sampled` (without ``noise``). ``_control`` is for tests only and makes the rule WRONG on
     purpose (negative controls that the statistical tests must reject):
     ``"always_accept"`` accepts the first valid child unconditionally; ``"full_p"`` samples the token
     after a rejection from the full p instead of the residual.

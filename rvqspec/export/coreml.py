@@ -196,3 +196,83 @@ class CoreMLGraph:
         cast = {n: np.asarray(feeds[n], dtype=np.int32 if k == "int32" else np.float16)
                 for n, (_, k) in self.input_specs.items()}
         return {k: np.asarray(v) for k, v in self.model.predict(cast).items()}
+
+
+# --------------------------------------------------------------------------------------------
+# the whole-frame and whole-round sampling graphs (wrappers.FrameGraph / SpecRoundGraph)
+# --------------------------------------------------------------------------------------------
+SAMPLING_PACKAGE = "CodePredictorSampling.mlpackage"  # functions "frame", "round"
+
+
+def convert_module(graph, target, quantize: str | None, weight_threshold: int = CoreMLConfig.weight_threshold):
+    """Trace and convert a FrameGraph / SpecRoundGraph (fp16 compute, fp16 float I/O, int32 ints;
+    W8A16 when quantize="w8a16") -> ct.models.MLModel, not loaded."""
+    from rvqspec.export.onnx import example_feeds
+
+    ct = _ct()
+    spec = graph.spec()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(graph, example_feeds(spec))
+    f = lambda kind: np.int32 if kind == "int32" else np.float16  # noqa: E731
+    inputs = [ct.TensorType(name=k, shape=shape, dtype=f(kind)) for k, (shape, kind) in spec.inputs.items()]
+    outputs = [ct.TensorType(name=k, dtype=f(kind)) for k, (shape, kind) in spec.outputs.items()]
+    model = ct.convert(traced, inputs=inputs, outputs=outputs, convert_to="mlprogram",
+                       compute_precision=ct.precision.FLOAT16, minimum_deployment_target=target, skip_model_load=True)
+    if quantize is None:
+        return model
+    if quantize != "w8a16":
+        raise ExportError(f"quantize must be 'w8a16' or None, got {quantize!r}")
+    from coremltools.optimize.coreml import OpLinearQuantizerConfig, OptimizationConfig, linear_quantize_weights
+
+    cfg = OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", granularity="per_channel",
+                                  weight_threshold=weight_threshold)
+    # only the weights of matrix products and embedding lookups: the sampling graphs also hold large
+    # constant fills of -inf (masked scores), which a global int8 pass would turn into NaN
+    return linear_quantize_weights(model, OptimizationConfig(op_type_configs={op: cfg for op in QUANTIZED_OP_TYPES}))
+
+
+QUANTIZED_OP_TYPES = ("linear", "matmul", "gather", "gather_along_axis")
+
+
+def export_coreml_sampling(code_predictor, tree: SparseTree, out_dir: str | Path, drafter=None,
+                           quantize: str | None = CoreMLConfig.quantize,
+                           weight_threshold: int = CoreMLConfig.weight_threshold, overwrite: bool = False) -> CoreMLExport:
+    """ONE multifunction package (iOS 18 / macOS 15) with the whole AR frame ("frame") and the whole
+    speculative round of `tree` ("round"), sampling and acceptance in the graph, noise as an input
+    (rvqspec.export.wrappers); W8A16 by default. Built in a temporary directory, renamed when complete."""
+    from coremltools.models.utils import MultiFunctionDescriptor, save_multifunction
+
+    from rvqspec.core.checkpoint import model_hash
+    from rvqspec.export.wrappers import frame_graph, spec_round_graph
+
+    ct = _ct()
+    out = Path(out_dir)
+    code_predictor = as_float32(code_predictor)
+    graphs = {"frame": frame_graph(code_predictor), "round": spec_round_graph(code_predictor, tree, drafter)}
+    target = ct.target.iOS18
+    with atomic_dir(out, overwrite) as tmp:
+        parts = tmp / ".parts"
+        parts.mkdir()
+        desc = MultiFunctionDescriptor()
+        for name, g in graphs.items():
+            convert_module(g, target, quantize, weight_threshold).save(str(parts / f"{name}.mlpackage"))
+            desc.add_function(str(parts / f"{name}.mlpackage"), src_function_name="main", target_function_name=name)
+        desc.default_function_name = "frame"
+        save_multifunction(desc, str(tmp / SAMPLING_PACKAGE))
+        shutil.rmtree(parts)
+
+        def io(g) -> dict:
+            s = g.spec()
+            return {"inputs": {k: {"shape": list(v[0]), "dtype": v[1]} for k, v in s.inputs.items()},
+                    "outputs": {k: {"shape": list(v[0]), "dtype": v[1]} for k, v in s.outputs.items()}}
+
+        man = {"format": "coreml", "package": SAMPLING_PACKAGE, "functions": list(graphs),
+               "graphs": {k: io(g) for k, g in graphs.items()}, "tree": [list(p) for p in tree.paths],
+               "drafter": None if drafter is None else getattr(drafter, "kind", type(drafter).__name__),
+               "model_hash": model_hash(code_predictor), "quantize": quantize,
+               "minimum_deployment_target": target.name, "compute_precision": "float16",
+               "coremltools": ct.__version__}
+        (tmp / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
+    pkg = out / SAMPLING_PACKAGE
+    return CoreMLExport(out, {k: pkg for k in graphs}, {k: k for k in graphs}, man)

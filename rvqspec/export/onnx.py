@@ -82,3 +82,61 @@ class OnnxGraph:
             raise ExportError(f"ONNX graph inputs missing from feeds: {missing}")
         outs = self.session.run(self.output_names, {n: feeds[n] for n in self.input_names})
         return dict(zip(self.output_names, outs))
+
+
+# ---- the whole-frame and whole-round sampling graphs (rvqspec.export.wrappers.FrameGraph / SpecRoundGraph)
+FRAME_FILE = "code_predictor_frame.onnx"
+ROUND_FILE = "code_predictor_round.onnx"
+
+
+@dataclass
+class SamplingExport:
+    out_dir: Path
+    frame: Path
+    round: Path
+    manifest: dict
+
+
+def example_feeds(spec) -> tuple[torch.Tensor, ...]:
+    """Tracing inputs for a GraphSpec: small random floats, ones for int32 (a mid-frame state)."""
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.ones(shape, dtype=torch.int32) if dt == "int32" else torch.rand(shape, generator=g)
+                 for shape, dt in spec.inputs.values())
+
+
+def export_module(graph, path: str | Path, dynamo: bool = False) -> None:
+    """Write a FrameGraph or SpecRoundGraph as ONNX (fp32, static shapes) with its GraphSpec names."""
+    spec = graph.spec()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about Python ints baked as constants: intended
+        torch.onnx.export(graph, example_feeds(spec), str(path), input_names=list(spec.inputs),
+                          output_names=list(spec.outputs), opset_version=OPSET, dynamo=dynamo)
+
+
+def export_sampling_onnx(code_predictor, tree: SparseTree, out_dir: str | Path, drafter=None,
+                         overwrite: bool = False) -> SamplingExport:
+    """Export the whole AR frame and the whole speculative round of `tree` (sampling and acceptance
+    in the graph, noise as an input) into `out_dir`, atomically."""
+    from rvqspec.core.checkpoint import model_hash
+    from rvqspec.export.wrappers import frame_graph, spec_round_graph
+
+    out = Path(out_dir)
+    code_predictor = as_float32(code_predictor)
+    frame, rnd = frame_graph(code_predictor), spec_round_graph(code_predictor, tree, drafter)
+
+    def io(g) -> dict:
+        s = g.spec()
+        return {"inputs": {k: {"shape": list(v[0]), "dtype": v[1]} for k, v in s.inputs.items()},
+                "outputs": {k: {"shape": list(v[0]), "dtype": v[1]} for k, v in s.outputs.items()}}
+
+    with atomic_dir(out, overwrite) as tmp:
+        export_module(frame, tmp / FRAME_FILE)
+        export_module(rnd, tmp / ROUND_FILE)
+        man = {"format": "onnx", "opset": OPSET, "files": {"frame": FRAME_FILE, "round": ROUND_FILE},
+               "graphs": {"frame": io(frame), "round": io(rnd)}, "tree": [list(p) for p in tree.paths],
+               "drafter": None if drafter is None else getattr(drafter, "kind", type(drafter).__name__),
+               "model_hash": model_hash(code_predictor),
+               "protocol": "rvqspec.export.host.graph_ar_frame / graph_spec_frame: feed the returned state "
+                           "back with fresh Gumbel noise; sampling inputs from sampling_tensors"}
+        (tmp / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
+    return SamplingExport(out, out / FRAME_FILE, out / ROUND_FILE, man)

@@ -1,4 +1,6 @@
-"""Static-shape export graphs of the code predictor: the AR step and the fused speculative round.
+"""Static-shape export graphs of the code predictor: the AR step and the fused speculative round
+(host-side sampling), and, at the end of this module, the whole AR frame (`FrameGraph`) and the
+whole speculative round (`SpecRoundGraph`) with sampling and acceptance in the graph (issue 16).
 
 One module, `RoundGraph`, covers both: the AR step is the round of the empty tree (q = 1, no
 drafts), the fused call (seed 000 Figure 3) is the round of a tree of N nodes (q = N + 1).
@@ -403,3 +405,198 @@ def psnr(reference: torch.Tensor, test: torch.Tensor) -> float:
     if float(err) == 0.0:
         return float("inf")
     return float(20 * torch.log10(ref.abs().max() / err))
+
+
+# --------------------------------------------------------------------------------------------
+# Whole-frame and whole-round graphs: sampling and acceptance in the graph, noise as an input
+# --------------------------------------------------------------------------------------------
+# The settings inputs every sampling graph takes (rvqspec.core.sampling.sampling_tensors makes them).
+SAMPLING_INPUTS = {"temperature": ((1,), "float"), "top_k": ((1,), "int32"), "top_p_tail": ((1,), "float")}
+
+
+def _c0_table(code_predictor) -> torch.Tensor:
+    """(V0, E) the talker's codec embedding (c0's table), read once at export."""
+    try:
+        return code_predictor.c0_embedding.weight.detach()
+    except RuntimeError as err:
+        raise ExportError(f"the sampling graphs embed c0 in-graph: {err}") from None
+
+
+def _iclip(x: torch.Tensor, lo: int | None = None, hi: int | None = None) -> torch.Tensor:
+    """Integer clamp by maximum/minimum with constants: Core ML's clip is float-only, and a float
+    index fails the gather it feeds."""
+    if lo is not None:
+        x = torch.maximum(x, torch.full((1,), lo, dtype=x.dtype, device=x.device))
+    if hi is not None:
+        x = torch.minimum(x, torch.full((1,), hi, dtype=x.dtype, device=x.device))
+    return x
+
+
+class FrameGraph(nn.Module):
+    """The whole AR frame as ONE static call: c1..c15 from (talker hidden, c0, noise), sampling in
+    the graph by Gumbel-max (`rvqspec.core.verify.gumbel_max` over `rvqspec.core.sampling.warp_tensor`),
+    the TTSKit "fused" decoder with the noise passed in so the call is a pure function.
+
+    forward(talker_hidden (1, E), c0 (1,) int32, noise (15, V) float (row p-1 draws c_p; zeros =
+            greedy), temperature (1,), top_k (1,) int32, top_p_tail (1,))
+      -> codes (1, 15) int32
+
+    Inside: 16 unrolled q=1 passes of the AR `RoundGraph` (positions 0..15) over an in-graph cache
+    of 16 slots (each pass's K/V column blended in at its slot by a constant one-hot), embedding
+    tables as constants (position p >= 2 reads table p-2 at c_{p-1})."""
+
+    def __init__(self, code_predictor, head_stack: torch.Tensor | None = None, heads: str = "window"):
+        super().__init__()
+        c = code_predictor.config
+        self.step = RoundGraph(code_predictor, None, None, None, head_stack=head_stack, heads=heads)
+        self.n = c.num_code_groups - 1  # 15
+        self.V, self.E = c.vocab_size, c.talker_hidden_size
+        dt = self.step.head_stack.dtype
+        self.register_buffer("c0_table", _c0_table(code_predictor).to(dt).clone(), persistent=False)  # (V0, E)
+        self.register_buffer("tables", torch.stack([e.weight.detach() for e in code_predictor.model.codec_embedding]
+                                                   ).to(dt).clone(), persistent=False)  # (15, V, E)
+        S = self.step.S
+        self.register_buffer("positions", torch.arange(S, dtype=torch.int32), persistent=False)  # (S,)
+        self.register_buffer("slot_onehot", torch.eye(S, dtype=torch.bool).view(S, 1, 1, S, 1), persistent=False)
+        self.register_buffer("pad_masks", torch.stack([padding_mask(p, S) for p in range(S)]).to(dt),
+                             persistent=False)  # (S, 1, S) additive, p slots visible
+
+    def spec(self, name: str = "frame") -> GraphSpec:
+        inputs = {"talker_hidden": ((1, self.E), "float"), "c0": ((1,), "int32"),
+                  "noise": ((self.n, self.V), "float"), **SAMPLING_INPUTS}
+        return GraphSpec(name=name, q=1, inputs=inputs, outputs={"codes": ((1, self.n), "int32")})
+
+    def forward(self, talker_hidden: torch.Tensor, c0: torch.Tensor, noise: torch.Tensor, temperature: torch.Tensor,
+                top_k: torch.Tensor, top_p_tail: torch.Tensor) -> torch.Tensor:
+        from rvqspec.core.sampling import warp_tensor
+        from rvqspec.core.verify import gumbel_max
+
+        st = self.step
+        dt = st.head_stack.dtype
+        kshape = (self.step.cp.config.num_hidden_layers, st.n_kv, st.S, st.hd)
+        kc = torch.zeros(kshape, dtype=dt, device=talker_hidden.device)  # (L, nkv, S, hd)
+        vc = torch.zeros(kshape, dtype=dt, device=talker_hidden.device)
+        x = talker_hidden.to(dt).view(1, 1, self.E)  # (1, 1, E) position 0
+        codes = []
+        for p in range(self.n + 1):
+            logits, ku, vu = st(x, self.positions[p:p + 1], self.pad_masks[p], kc, vc)  # (1, 1, V), (L, nkv, 1, hd)
+            kc = torch.where(self.slot_onehot[p], ku, kc)  # column p <- this pass (broadcast over S)
+            vc = torch.where(self.slot_onehot[p], vu, vc)
+            if p == 0:  # position 1 embeds c0 with the talker's codec table
+                x = self.c0_table.index_select(0, c0.to(torch.int64)).view(1, 1, self.E)
+                continue
+            scores = warp_tensor(logits[0], temperature, top_k, top_p_tail)  # (1, V) LM head p-1 -> c_p
+            code = gumbel_max(scores, noise[p - 1:p].to(torch.float32))  # (1,)
+            codes.append(code)
+            if p < self.n:  # position p+1 embeds c_p with table p-1
+                x = self.tables[p - 1].index_select(0, code).view(1, 1, self.E)
+        return torch.stack(codes, 1).to(torch.int32)  # (1, 15)
+
+
+class SpecRoundGraph(nn.Module):
+    """The whole speculative round as ONE static call (seed 000 §2.2, Figures 2-3): in-graph
+    embedding of [c_m, drafts], the fused draft+verify pass over the tree mask (`RoundGraph`),
+    warping, THE acceptance rule (`rvqspec.core.verify.accept`: residual/bonus sample included),
+    KV-cache compaction (root + accepted path written to the next slots) and the next drafts. The
+    host loop only feeds the state back and fresh noise.
+
+    forward(tokens (1, q) int32 [c_m, drafts], cache_length (1,) int32, key_cache, value_cache
+            (L, n_kv, S, hd), talker_hidden (1, E), noise (1, q, V), temperature, top_k, top_p_tail)
+      -> codes (1, D + 1) int32 (the first `count` are this round's new codes), count (1,) int32,
+         next_tokens (1, q) int32, next_cache_length (1,) int32, next_key_cache, next_value_cache
+
+    Round 0 of a frame (cache_length 0, tokens = [any, c0, any...]): root = talker hidden at
+    position 0 and node (0,) = c0 at position 1; the root's scores are a point mass on c0, so
+    (0,) is accepted whatever the noise and the code after it is c1 ~ p(h_1): the same protocol as
+    `rvqspec.export.host.spec_frame`, with no special case for the host."""
+
+    def __init__(self, code_predictor, tree: SparseTree, drafter=None, head_stack: torch.Tensor | None = None,
+                 heads: str = "window"):
+        super().__init__()
+        from rvqspec.core.verify import AcceptTables
+
+        if len(tree) == 0 or tree.paths[0] != (0,):
+            raise ExportError("the round graph needs a tree containing the node (0,) (round 0 places c0 there)")
+        c = code_predictor.config
+        self.round = fused_graph(code_predictor, tree, drafter, head_stack=head_stack, heads=heads)
+        r = self.round
+        self.q, self.D, self.S, self.n = r.q, r.D, r.S, c.num_code_groups - 1
+        self.V, self.E, self.L = c.vocab_size, c.talker_hidden_size, c.num_hidden_layers
+        dt = r.head_stack.dtype
+        self.register_buffer("c0_table", _c0_table(code_predictor).to(dt).clone(), persistent=False)  # (V0, E)
+        self.V0 = self.c0_table.shape[0]
+        self.register_buffer("tables", torch.stack([e.weight.detach() for e in code_predictor.model.codec_embedding]
+                                                   ).to(dt).flatten(0, 1).clone(), persistent=False)  # (15 V, E)
+        t = AcceptTables.of(tree.buffers())
+        self.register_buffer("parent", t.parent, persistent=False)  # (q,)
+        self.register_buffer("strict_anc", t.strict_anc, persistent=False)  # (q, q)
+        self.register_buffer("depth_l", t.depth, persistent=False)  # (q,) long
+        self.register_buffer("sibling_before", t.sibling_before, persistent=False)  # (q, q)
+        self.register_buffer("nodes", torch.arange(self.q), persistent=False)  # (q,)
+        self.register_buffer("vocab", torch.arange(self.V), persistent=False)  # (V,)
+        self.register_buffer("slots", torch.arange(self.S), persistent=False)  # (S,)
+        self.register_buffer("levels", torch.arange(self.D + 1), persistent=False)  # (D+1,)
+
+    def spec(self, name: str = "round") -> GraphSpec:
+        kv = ((self.L, self.round.n_kv, self.S, self.round.hd), "float")
+        inputs = {"tokens": ((1, self.q), "int32"), "cache_length": ((1,), "int32"), "key_cache": kv,
+                  "value_cache": kv, "talker_hidden": ((1, self.E), "float"), "noise": ((1, self.q, self.V), "float"),
+                  **SAMPLING_INPUTS}
+        outputs = {"codes": ((1, self.D + 1), "int32"), "count": ((1,), "int32"), "next_tokens": ((1, self.q), "int32"),
+                   "next_cache_length": ((1,), "int32"), "next_key_cache": kv, "next_value_cache": kv}
+        return GraphSpec(name=name, q=self.q, inputs=inputs, outputs=outputs)
+
+    def forward(self, tokens, cache_length, key_cache, value_cache, talker_hidden, noise, temperature, top_k,
+                top_p_tail):
+        from rvqspec.core.sampling import warp_tensor
+        from rvqspec.core.verify import accept
+
+        r, q, V, n, D = self.round, self.q, self.V, self.n, self.D
+        dt = r.head_stack.dtype
+        tok = tokens[0].to(torch.int64)  # (q,)
+        cl = cache_length.to(torch.int64)  # (1,)
+        first = cl == 0  # (1,) round 0 of the frame
+        m = cl - 1  # (1,) index of the committed code c_m (-1 in round 0)
+        g = _iclip(m + self.depth_l, hi=n)  # (q,) code index each node carries (table g; c0: talker table)
+        e = self.tables.index_select(0, _iclip(g - 1, lo=0) * V + _iclip(tok, 0, V - 1))  # (q, E)
+        e0 = self.c0_table.index_select(0, _iclip(tok, 0, self.V0 - 1))  # (q, E)
+        e = torch.where((g == 0).unsqueeze(1), e0, e)
+        root = (self.nodes == 0).unsqueeze(1)  # (q, 1)
+        e = torch.where(root & first, talker_hidden.to(dt).expand(q, self.E), e)  # round 0 root: talker hidden
+        kpm = torch.where(self.slots < cl, 0.0, MASK_VALUE).to(dt).unsqueeze(0)  # (1, S)
+        logits, ku, vu, drafts = r(e.unsqueeze(0), cache_length, kpm, key_cache, value_cache)
+        scores = warp_tensor(logits[0], temperature, top_k, top_p_tail)  # (q, V)
+        point = torch.where(self.vocab == tok[1], 0.0, float("-inf"))  # (V,) round 0: the root "samples" c0
+        scores = torch.where(root & first, point.unsqueeze(0), scores)
+        # (q,) never past c15; round 0: only (0,) (logical ops: onnxruntime has no boolean Where,
+        # Core ML's converter no `|`)
+        valid = torch.logical_or(first & (self.nodes == 1), ~first & (m + self.depth_l <= n))
+        _, ok, last, token = accept(scores.unsqueeze(0), noise.to(torch.float32), tok.unsqueeze(0), valid,
+                                    self.parent, self.strict_anc, self.depth_l, self.sibling_before)
+        a = self.depth_l.index_select(0, last)  # (1,) accepted drafted nodes
+        # cols[k] = the accepted node at depth k (0 = root); at most one per depth (one chain)
+        on = ok[0].unsqueeze(0) & (self.depth_l.unsqueeze(0) == self.levels.unsqueeze(1))  # (D+1, q)
+        cols = (on.to(torch.int64) * self.nodes.unsqueeze(0)).sum(-1)  # (D+1,)
+        seq = torch.cat([tok.index_select(0, cols[1:]), token])  # (D+1,) path tokens, then the emitted code
+        seq = torch.where(self.levels == a, token, seq)
+        shift = first.to(torch.int64)  # round 0 emits c0 (known) then c1: drop c0
+        codes = seq.index_select(0, _iclip(self.levels + shift, hi=D))  # (D+1,)
+        remaining = torch.where(first, torch.full_like(m, n), n - m)  # (1,) codes still to emit
+        count = torch.minimum(a + 1 - shift, remaining)
+        # KV compaction (Figure 2): slots cl..cl+a <- columns of the root and the accepted path
+        j = self.slots - cl  # (S,)
+        sel = ((j >= 0) & (j <= a)).view(1, 1, self.S, 1)
+        col = cols.index_select(0, _iclip(j, 0, D))  # (S,)
+        next_k = torch.where(sel, ku.index_select(2, col), key_cache.to(dt))  # (L, nkv, S, hd)
+        next_v = torch.where(sel, vu.index_select(2, col), value_cache.to(dt))
+        next_tokens = torch.cat([token.to(torch.int32), drafts[0].index_select(0, last).view(-1)])  # (q,)
+        return (codes.to(torch.int32).unsqueeze(0), count.to(torch.int32), next_tokens.unsqueeze(0),
+                (cl + a + 1).to(torch.int32), next_k, next_v)
+
+
+def frame_graph(code_predictor, **kw) -> FrameGraph:
+    return FrameGraph(code_predictor, **kw).eval()
+
+
+def spec_round_graph(code_predictor, tree: SparseTree, drafter=None, **kw) -> SpecRoundGraph:
+    return SpecRoundGraph(code_predictor, tree, drafter, **kw).eval()

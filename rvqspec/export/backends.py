@@ -1,0 +1,111 @@
+"""Inner loops (code predictor frame completers) on every backend, behind one `generate_frame`.
+
+`make_inner(backend, code_predictor, drafter, tree)`:
+
+* ``eager``: `SpeculativeCodePredictor` (speculative) or None (the AR `MultiCodeDecoder` itself);
+* ``compiled``: the whole round / whole frame graph (`rvqspec.export.wrappers.SpecRoundGraph`,
+  `FrameGraph`) under `torch.compile` (Inductor, static shapes, CPU here; CUDA where present);
+* ``onnx``: the same two graphs exported to ONNX and run by onnxruntime.
+
+Sampling with the same generator gives the same codes on all three in speculative mode: the eager
+decoder and the graphs draw the same Gumbel noise blocks in the same order and decide with the one
+rule `rvqspec.core.verify.accept` (up to float rounding; tests/test_graphs.py). In AR mode the
+eager and compiled-stack loops draw with `torch.multinomial` like the official `generate`, while the
+frame graph uses Gumbel-max: the same law, other draws.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from rvqspec.core.compiled import CompileConfig
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpecStats, SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
+from rvqspec.export.host import Call, graph_ar_frame, graph_spec_frame, module_call
+from rvqspec.export.wrappers import ExportError, FrameGraph, SpecRoundGraph, as_float32, frame_graph, spec_round_graph
+
+BACKENDS = ("eager", "compiled", "onnx")
+
+
+class TimedCall:
+    """A backend call that records the wall time of each call (the bench splits a frame into graph
+    calls and host work with it)."""
+
+    def __init__(self, call: Call):
+        self.call = call
+        self.times: list[float] = []
+
+    def __call__(self, feeds):
+        t0 = time.perf_counter()
+        out = self.call(feeds)
+        self.times.append(time.perf_counter() - t0)
+        return out
+
+
+class GraphInner:
+    """`generate_frame` over a whole-round graph (speculative) or a whole-frame graph (AR): one
+    graph call per round / per frame; the host only feeds state and noise. Rows run one by one."""
+
+    def __init__(self, graph: FrameGraph | SpecRoundGraph, call: Call, backend: str):
+        self.graph, self.call, self.backend = graph, TimedCall(call), backend
+        self.speculative = isinstance(graph, SpecRoundGraph)
+
+    def generate_frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling = Sampling(),
+                       generator: torch.Generator | None = None):
+        if talker_hidden.dim() != 3 or talker_hidden.shape[1] != 1:
+            raise ValueError(f"talker_hidden must be (B, 1, E), got {tuple(talker_hidden.shape)}")
+        B = talker_hidden.shape[0]
+        if c0.shape != (B, 1):
+            raise ValueError(f"c0 must be (B, 1) = ({B}, 1), got {tuple(c0.shape)}")
+        rows, stats = [], SpecStats()
+        for b in range(B):
+            if self.speculative:
+                accepted: list[int] = []
+                codes, calls = graph_spec_frame(self.call, self.graph, talker_hidden[b:b + 1], int(c0[b, 0]),
+                                                sampling, generator, accepted=accepted)
+                stats.merge(SpecStats(calls=calls, accepted_lengths=accepted, frames=1))
+            else:
+                codes = graph_ar_frame(self.call, self.graph, talker_hidden[b:b + 1], int(c0[b, 0]), sampling,
+                                       generator)
+                stats.merge(SpecStats(calls=1, frames=1))
+            rows.append(codes)
+        return torch.tensor(rows, dtype=torch.long, device=talker_hidden.device), stats
+
+
+def compiled_call(graph, config: CompileConfig = CompileConfig()) -> Call:
+    """`graph` under torch.compile (static shapes, full graph), every call under the Inductor options
+    of `config` (frozen, prepacked weights: `rvqspec.core.compiled`). Compiles on the first call."""
+    import torch._inductor.config as inductor_config
+
+    fn = torch.compile(graph, fullgraph=True, dynamic=False)
+
+    def run(*args):
+        with inductor_config.patch(config.inductor_options()):
+            return fn(*args)
+
+    return module_call(graph, run)
+
+
+def make_inner(backend: str, code_predictor, drafter=None, tree: SparseTree | None = None,
+               workdir: str | Path | None = None, threads: int = 1, compile_config: CompileConfig = CompileConfig()):
+    """The inner loop for `backend` (module docstring); speculative when `tree` is given. The onnx
+    backend exports into `workdir` (default: a fresh temporary directory)."""
+    if backend not in BACKENDS:
+        raise ExportError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "eager":
+        return None if tree is None else SpeculativeCodePredictor(code_predictor, drafter, tree)
+    cp = as_float32(code_predictor.eval())
+    graph = frame_graph(cp) if tree is None else spec_round_graph(cp, tree, drafter)
+    if backend == "compiled":
+        return GraphInner(graph, compiled_call(graph, compile_config), backend)
+    from rvqspec.export.onnx import OnnxGraph, export_module
+
+    out = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="rvqspec-onnx-"))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / ("code_predictor_round.onnx" if tree is not None else "code_predictor_frame.onnx")
+    export_module(graph, path)
+    return GraphInner(graph, OnnxGraph(path, threads=threads), backend)
