@@ -14,7 +14,7 @@ from rvqspec.core.config import TalkerConfig
 from rvqspec.core.model import CodeDecoder, causal_mask
 from rvqspec.core.sampling import Sampling, probs
 from rvqspec.core.tree import SparseTree
-from rvqspec.measure.cuda_graphs import (StaticGraph, bench_cuda_graphs, capture_ar_frame, capture_spec_round,
+from rvqspec.measure.cuda_graphs import (bench_cuda_graphs, capture_ar_frame, capture_spec_round,
                                          capture_talker_step, gumbel_noise, gumbel_sample, step_mask)
 
 CUDA = torch.cuda.is_available()

@@ -159,7 +159,6 @@ def test_two_process_extraction_equals_single_and_resumes(world) -> None:
 def test_two_process_training_all_reduces(world, kind) -> None:
     """Every Table 2 drafter trains under a two-process launch. Medusa's heads for p + j > 15 never
     get a gradient (None): the reduction must still agree across processes (it crashed)."""
-    from safetensors.torch import load_file
 
     from rvqspec.core.checkpoint import load_qwen3_tts
     from rvqspec.core.drafters import load_drafter, make_drafter

@@ -39,7 +39,7 @@ def test_eager_and_onnx_write_the_same_codes(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--backend", "tpu"], "--backend must be one of eager, compiled, onnx"),
-    (["--top-k", "-1"], "top_k must be >= 0"),
+    (["--top-k", "-1"], "--top-k must be >= 0"),
     (["--drafter", str(MINI / "drafters" / "offsets.safetensors")], "needs both --drafter and --tree"),
 ])
 def test_bad_options_exit_2(tmp_path, args, words):

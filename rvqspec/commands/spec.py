@@ -178,10 +178,9 @@ def register(app: typer.Typer) -> None:
         per code-predictor call, 15 / calls per frame, the number `profile` and the benches report)
         and Medusa's expected_length (tokens per verify round with no end of frame, what the growth
         maximises; larger, because the c15 boundary and the prefill call are not counted)."""
-        from rvqspec.measure.acceptance import AcceptanceTable
-        from rvqspec.measure.profile import tokens_per_call_from_table
         from rvqspec.core.tree import SparseTree
         from rvqspec.measure.acceptance import AcceptanceTable
+        from rvqspec.measure.profile import tokens_per_call_from_table
 
         table = AcceptanceTable.from_json(read_json(acceptance, ValueError, "no such acceptance table "
                                                     "(run `rvqspec spec calibrate`)"), where=str(acceptance))

@@ -144,7 +144,6 @@ def register(app: typer.Typer) -> None:
         import soundfile as sf
         import torch
 
-        from rvqspec.core.jsonfile import write_json_atomic
         from rvqspec.mini.pipeline import MiniTTS
         from rvqspec.real.wer import TextItem, is_official_checkpoint
 
