@@ -73,8 +73,8 @@ def evaluate(
     """Per-language WER/CER of a recognizer on clean (and codec-resynthesized) corpus audio."""
     import torch
 
-    from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.recognizer import evaluate_recognizer, format_table
+    from rvqspec.real.asr import load_recognizer
 
     torch.set_num_threads(threads)
     rec = load_recognizer(recognizer)

@@ -8,9 +8,9 @@ from typing import List, Optional
 
 import typer
 
-from rvqspec.real.bench_ar import BenchARConfig
 from rvqspec.commands import options as opt
 from rvqspec.commands.bench import bench_app
+from rvqspec.real.bench_ar import BenchARConfig
 
 _BENCH = BenchARConfig()  # the one place the bench defaults live
 

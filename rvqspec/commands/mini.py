@@ -99,9 +99,9 @@ def evaluate_command(
         # machine while two other single-thread jobs were running (measured: 12.8 s vs 1.0 s)
         torch.set_num_threads(threads)
     from rvqspec.core.jsonfile import write_json_atomic
-    from rvqspec.real.asr import load_recognizer
     from rvqspec.mini.evaluate import MiniEvalConfig, entropy_figure, evaluate_mini
     from rvqspec.mini.pipeline import MiniTTS
+    from rvqspec.real.asr import load_recognizer
 
     tts = MiniTTS.load(data)
     rec = load_recognizer(Path(data) / "recognizer")

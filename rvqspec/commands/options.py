@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from rvqspec.core import defaults
+from rvqspec.core.defaults import LANGUAGES
 from rvqspec.core.jsonfile import write_json_atomic
-from rvqspec.core.sampling import Sampling
-from rvqspec.mini.speech import LANGUAGES
+
+if TYPE_CHECKING:
+    from rvqspec.core.sampling import Sampling
 
 LANG_HELP = "Language: en, de, es, ru, ja (kana) or zh."
 THREADS_HELP = "torch CPU threads (1 by default: the shared 2-core machine ran small FFTs ~10x slower with 2)."
@@ -93,13 +95,16 @@ def greedy() -> Any:
 
 
 def check_lang(lang: str) -> None:
-    """The mini world's languages (rvqspec.mini.speech.LANGUAGES); checked before any model loads."""
+    """The mini world's languages (rvqspec.core.defaults.LANGUAGES); checked before any model loads."""
     if lang not in LANGUAGES:
         raise typer.BadParameter(f"--lang {lang!r} is not one of {', '.join(LANGUAGES)}")
 
 
-def sampling(temperature: float, top_k: int, top_p: float, greedy: bool) -> Sampling:
+def sampling(temperature: float, top_k: int, top_p: float, greedy: bool) -> "Sampling":
     """The `Sampling` the four sampling options describe; a bad value names its option."""
+    # the CLI layer imports torch only when a command runs, so `rvqspec --help` stays quick
+    from rvqspec.core.sampling import Sampling
+
     if greedy:
         return Sampling.greedy()
     if not temperature > 0:

@@ -43,8 +43,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """p10/p50/p90 of the AR call and the verify call per N; overhead, speed-up, N* (seed 000 §3.4)."""
         from rvqspec.core.jsonfile import read_json
-        from rvqspec.measure.profile import (BackendUnavailable, ProfileError, load_acceptance, profile, rescore,
-                                             save_device_profile)
+        from rvqspec.measure.profile import (
+            BackendUnavailable,
+            ProfileError,
+            load_acceptance,
+            profile,
+            rescore,
+            save_device_profile,
+        )
 
         try:
             if rescore_ is not None:
@@ -84,8 +90,8 @@ def register(app: typer.Typer) -> None:
                     out: Path = opt.out(..., "HTML file (a PNG next to it if kaleido exists)."),
                     title: Optional[str] = typer.Option(None, "--title", help="Figure title.")) -> None:
         """Seed 000 Figure 4 for measured devices: speed-up vs N per profile under the acceptance ceiling."""
-        from rvqspec.workbench.plots import figure4, write_figure
         from rvqspec.measure.profile import ProfileError, load_device_profile
+        from rvqspec.workbench.plots import figure4, write_figure
 
         try:
             dicts = [load_device_profile(p).raw for p in profiles]

@@ -87,8 +87,16 @@ def extract_cmd(
     import torch
 
     from rvqspec.real.datasets import codec_from_spec, text_ids_from_spec
-    from rvqspec.real.distributed import (ExtractJob, ScaleConfig, extract_sharded, finish_distributed, merge_extraction,
-                                          placement, topology, wait_for_everyone)
+    from rvqspec.real.distributed import (
+        ExtractJob,
+        ScaleConfig,
+        extract_sharded,
+        finish_distributed,
+        merge_extraction,
+        placement,
+        topology,
+        wait_for_everyone,
+    )
 
     torch.set_num_threads(threads)
     topo = topology()
@@ -135,8 +143,14 @@ def train_offsets_cmd(
 
     from rvqspec.core.checkpoint import load_qwen3_tts
     from rvqspec.core.drafters import make_drafter
-    from rvqspec.real.distributed import (DistTrainConfig, finish_distributed, per_process_batch, train_offsets_distributed,
-                                          train_plan, write_json_atomic)
+    from rvqspec.real.distributed import (
+        DistTrainConfig,
+        finish_distributed,
+        per_process_batch,
+        train_offsets_distributed,
+        train_plan,
+        write_json_atomic,
+    )
 
     torch.set_num_threads(threads)
     from accelerate import Accelerator
@@ -198,14 +212,30 @@ def evaluate_cmd(
     """Seed Table 3: per language, tokens/step and WER/CER of AR vs speculative synthesis."""
     import torch
 
-    from rvqspec.real.datasets import DatasetSpec, codec_from_spec, count_items, iter_range, text_ids_from_spec
     from rvqspec.core.drafters import load_drafter
-    from rvqspec.real.official_pipeline import load_official_model, shared_code_predictor
-    from rvqspec.real.distributed import (ScaleConfig, finish_distributed, num_units, placement, run_units, topology,
-                                          unit_items as unit_range, wait_for_everyone)
     from rvqspec.core.tree import SparseTree
-    from rvqspec.real.wer import (EvalConfig, MiniSynthesizer, OfficialSynthesizer, RecognizerMap, evaluate_unit,
-                                  merge_eval, parse_asr_for, run_items)
+    from rvqspec.real.datasets import DatasetSpec, codec_from_spec, count_items, iter_range, text_ids_from_spec
+    from rvqspec.real.distributed import (
+        ScaleConfig,
+        finish_distributed,
+        num_units,
+        placement,
+        run_units,
+        topology,
+        wait_for_everyone,
+    )
+    from rvqspec.real.distributed import unit_items as unit_range
+    from rvqspec.real.official_pipeline import load_official_model, shared_code_predictor
+    from rvqspec.real.wer import (
+        EvalConfig,
+        MiniSynthesizer,
+        OfficialSynthesizer,
+        RecognizerMap,
+        evaluate_unit,
+        merge_eval,
+        parse_asr_for,
+        run_items,
+    )
 
     torch.set_num_threads(threads)
     topo = topology()

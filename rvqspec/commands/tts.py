@@ -216,8 +216,8 @@ def register(app: typer.Typer) -> None:
         for ja/zh among the text scores."""
         import torch
 
-        from rvqspec.real.asr import load_recognizer
         from rvqspec.mini.pipeline import MiniTTS, default_data_dir, intelligibility
+        from rvqspec.real.asr import load_recognizer
         from rvqspec.real.wer import is_official_checkpoint, official_intelligibility
 
         sampling = opt.sampling(temperature, top_k, top_p, greedy)

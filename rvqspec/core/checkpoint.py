@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Iterable
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
 
 from rvqspec.core.config import ConfigError, Qwen3TTSConfig
@@ -95,7 +97,6 @@ def weight_map(path: str | os.PathLike) -> dict[str, Path]:
     f = d / WEIGHTS_NAME
     if not f.is_file():
         raise CheckpointError(f"{f}: missing (and no {INDEX_NAME} either)")
-    from safetensors import safe_open
 
     try:
         with safe_open(str(f), framework="pt", device="cpu") as h:
@@ -107,8 +108,6 @@ def weight_map(path: str | os.PathLike) -> dict[str, Path]:
 def _read_tensors(wanted: dict[str, torch.Size], wmap: dict[str, Path], dtype: torch.dtype,
                   device: torch.device | str) -> dict[str, torch.Tensor]:
     """Read exactly the tensors in `wanted` (name -> expected shape), checking presence and shape."""
-    from safetensors import safe_open
-
     files = sorted({str(p) for p in wmap.values()})
     missing = [k for k in wanted if k not in wmap]
     if missing:
@@ -234,8 +233,6 @@ def save_qwen3_tts(model: Qwen3TTS, path: str | os.PathLike) -> Path:
     Both files are written into a temporary sibling directory first; a new `path` is then created by
     one rename, an existing one gets each file by an atomic `os.replace` (other files in it, e.g.
     tokenizer files, are left alone). Nothing half-written is ever visible under `path`."""
-    from safetensors.torch import save_file
-
     dst = Path(path)
     sd = official_state_dict(model)
     dtypes = {v.dtype for v in sd.values()}
@@ -306,8 +303,6 @@ def _group(key: str) -> tuple[str, str]:
 def checkpoint_info(path: str | os.PathLike) -> dict:
     """Architecture, parameter counts per part and group, stored dtypes, and the weight bytes one
     code-predictor call reads, from config.json and the safetensors headers only."""
-    from safetensors import safe_open
-
     d = Path(path)
     cfg = read_config(d)
     wmap = weight_map(d)

@@ -23,6 +23,9 @@ DRAFTER_LABELS = {"reused": "(i) reused LM heads", "medusa": "(ii) Medusa heads"
 # Which committed drafter a command uses when none is named: the seed's own method (iii) first.
 DRAFTER_PREFERENCE = ("offsets", "shared_low_rank", "low_rank", "per_position", "medusa", "reused")
 
+# The six languages of seed 000 Table 3 (Fleurs): the mini world speaks them, the CLI checks them.
+LANGUAGES = ("en", "de", "es", "ru", "ja", "zh")
+
 # Deployed code-predictor sampling (the checkpoint's subtalker_* generation config).
 TEMPERATURE = 0.9
 TOP_K = 50

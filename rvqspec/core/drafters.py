@@ -37,8 +37,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
 
+from rvqspec.core.checkpoint import model_hash
 from rvqspec.core.defaults import DRAFTER_LABELS, NUM_CODES, K
 from rvqspec.core.jsonfile import atomic_path
 
@@ -128,10 +131,6 @@ class Drafter(nn.Module):
 
     def save(self, path: str | Path, code_predictor) -> None:
         """safetensors with metadata: kind, K, hidden, vocab, the code predictor's hash, kind config."""
-        from safetensors.torch import save_file
-
-        from rvqspec.core.checkpoint import model_hash
-
         meta = {"kind": self.kind, "num_offsets": str(self.num_offsets), "hidden_size": str(self.hidden_size),
                 "vocab_size": str(self.vocab_size), "model_hash": model_hash(code_predictor),
                 "config": json.dumps(self.config())}
@@ -296,9 +295,6 @@ def code_predictor_parameters(code_predictor) -> int:
 def load_drafter(path: str | Path, code_predictor=None, kind: str | None = None, check_hash: bool = True) -> Drafter:
     """Load a drafter saved by `Drafter.save`; checks kind, hidden size and, given the code predictor,
     its model hash (`check_hash=False` skips only the hash: a drafter reused on fine-tuned weights)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
     path = Path(path)
     if not path.is_file():
         raise DrafterError(f"{path}: no such drafter file")

@@ -26,6 +26,7 @@ from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpecStats, SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
 from rvqspec.export.host import Call, graph_ar_frame, graph_spec_frame, module_call
+from rvqspec.export.onnx import OnnxGraph, export_module
 from rvqspec.export.wrappers import ExportError, FrameGraph, SpecRoundGraph, as_float32, frame_graph, spec_round_graph
 
 BACKENDS = ("eager", "compiled", "onnx")
@@ -102,7 +103,6 @@ def make_inner(backend: str, code_predictor, drafter=None, tree: SparseTree | No
     graph = frame_graph(cp) if tree is None else spec_round_graph(cp, tree, drafter)
     if backend == "compiled":
         return GraphInner(graph, compiled_call(graph, compile_config), backend)
-    from rvqspec.export.onnx import OnnxGraph, export_module
 
     out = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="rvqspec-onnx-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -27,10 +27,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rvqspec.core.checkpoint import model_hash
+from rvqspec.core.tree import SparseTree
 from rvqspec.export import CoreMLConfig
 from rvqspec.export.files import MANIFEST, atomic_dir, manifest
-from rvqspec.export.wrappers import ExportError, RoundGraph, ar_graph, as_float32, fused_graph
-from rvqspec.core.tree import SparseTree
+from rvqspec.export.onnx import example_feeds
+from rvqspec.export.wrappers import (
+    ExportError,
+    RoundGraph,
+    ar_graph,
+    as_float32,
+    frame_graph,
+    fused_graph,
+    spec_round_graph,
+)
 
 QUANT_OPS = ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale")
 PACKAGE = "CodePredictor.mlpackage"            # multifunction: functions "ar", "fused"
@@ -207,8 +217,6 @@ SAMPLING_PACKAGE = "CodePredictorSampling.mlpackage"  # functions "frame", "roun
 def convert_module(graph, target, quantize: str | None, weight_threshold: int = CoreMLConfig.weight_threshold):
     """Trace and convert a FrameGraph / SpecRoundGraph (fp16 compute, fp16 float I/O, int32 ints;
     W8A16 when quantize="w8a16") -> ct.models.MLModel, not loaded."""
-    from rvqspec.export.onnx import example_feeds
-
     ct = _ct()
     spec = graph.spec()
     with torch.no_grad(), warnings.catch_warnings():
@@ -243,8 +251,6 @@ def export_coreml_sampling(code_predictor, tree: SparseTree, out_dir: str | Path
     (rvqspec.export.wrappers); W8A16 by default. Built in a temporary directory, renamed when complete."""
     from coremltools.models.utils import MultiFunctionDescriptor, save_multifunction
 
-    from rvqspec.core.checkpoint import model_hash
-    from rvqspec.export.wrappers import frame_graph, spec_round_graph
 
     ct = _ct()
     out = Path(out_dir)

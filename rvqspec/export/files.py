@@ -12,8 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 
-from rvqspec.export.wrappers import ExportError, RoundGraph
+from rvqspec.core.checkpoint import model_hash
 from rvqspec.core.tree import SparseTree
+from rvqspec.export.wrappers import ExportError, RoundGraph
 
 MANIFEST = "manifest.json"
 
@@ -44,8 +45,6 @@ def atomic_dir(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
 def manifest(code_predictor, tree: SparseTree, graphs: dict[str, RoundGraph], drafter, **extra) -> dict:
     """What a host needs besides the graphs: input/output names and shapes per graph, the tree,
     the cache layout, the drafter kind and the code predictor's hash (to refuse a mismatch)."""
-    from rvqspec.core.checkpoint import model_hash
-
     def io(g: RoundGraph, name: str) -> dict:
         s = g.spec(name)
         return {"q": s.q, "inputs": {k: {"shape": list(v[0]), "dtype": v[1]} for k, v in s.inputs.items()},

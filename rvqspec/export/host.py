@@ -25,7 +25,7 @@ import torch
 
 from rvqspec.core.sampling import Sampling, sampling_tensors, warp_logits
 from rvqspec.core.tree import SparseTree
-from rvqspec.core.verify import AcceptTables, accept, gumbel_max, gumbel_noise
+from rvqspec.core.verify import AcceptTables, accept, check_noise, gumbel_max, gumbel_noise
 from rvqspec.export.wrappers import MASK_VALUE, ExportError, FrameGraph, RoundGraph, SpecRoundGraph
 
 Call = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -220,8 +220,6 @@ def graph_ar_frame(call: Call, graph: FrameGraph, talker_hidden: torch.Tensor, c
                    noise: torch.Tensor | None = None) -> list[int]:
     """c1..c15 in ONE call of the whole-frame graph. noise (15, V): given (checked) or drawn from
     `generator` (zeros when greedy)."""
-    from rvqspec.core.verify import check_noise
-
     shape = (graph.n, graph.V)
     if noise is None:
         noise = _Sampler(sampling, generator).noise(*shape)
@@ -239,8 +237,6 @@ def graph_spec_frame(call: Call, graph: SpecRoundGraph, talker_hidden: torch.Ten
     """c1..c15 with the whole-round graph -> (codes, calls). Each call gets the state the last one
     returned and fresh noise (1, q, V) (from `noises[i]` if given, checked; else from `generator`).
     `accepted` collects the accepted drafted nodes of every round after round 0."""
-    from rvqspec.core.verify import check_noise
-
     shape = (1, graph.q, graph.V)
     sampler = _Sampler(sampling, generator)
     kv = np.zeros(graph.spec().inputs["key_cache"][0], np.float32)

@@ -16,9 +16,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rvqspec.export.files import MANIFEST, atomic_dir, manifest
-from rvqspec.export.wrappers import ExportError, RoundGraph, ar_graph, as_float32, fused_graph
+from rvqspec.core.checkpoint import model_hash
 from rvqspec.core.tree import SparseTree
+from rvqspec.export.files import MANIFEST, atomic_dir, manifest
+from rvqspec.export.wrappers import (
+    ExportError,
+    RoundGraph,
+    ar_graph,
+    as_float32,
+    frame_graph,
+    fused_graph,
+    spec_round_graph,
+)
 
 OPSET = 18
 AR_FILE = "code_predictor_ar.onnx"
@@ -117,9 +126,6 @@ def export_sampling_onnx(code_predictor, tree: SparseTree, out_dir: str | Path, 
                          overwrite: bool = False) -> SamplingExport:
     """Export the whole AR frame and the whole speculative round of `tree` (sampling and acceptance
     in the graph, noise as an input) into `out_dir`, atomically."""
-    from rvqspec.core.checkpoint import model_hash
-    from rvqspec.export.wrappers import frame_graph, spec_round_graph
-
     out = Path(out_dir)
     code_predictor = as_float32(code_predictor)
     frame, rnd = frame_graph(code_predictor), spec_round_graph(code_predictor, tree, drafter)

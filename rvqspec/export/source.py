@@ -6,6 +6,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from rvqspec.core.config import CodePredictorConfig, TalkerConfig
+from rvqspec.core.model import MultiCodeDecoder
 from rvqspec.export.wrappers import ExportError
 
 
@@ -17,8 +19,6 @@ def load_code_predictor(spec: str | Path, dtype: torch.dtype = torch.float32, se
         from rvqspec.core.checkpoint import load_qwen3_tts
 
         return load_qwen3_tts(p, dtype=dtype, parts=("code_predictor",)).code_predictor.eval()
-    from rvqspec.core.config import CodePredictorConfig, TalkerConfig
-    from rvqspec.core.model import MultiCodeDecoder
 
     try:
         cfg = CodePredictorConfig.from_name(str(spec))

@@ -60,13 +60,17 @@ ANE / Core ML numerics (docs/references.md, environment notes):
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rvqspec.core.drafters import PositionOffsets, SharedLowRankOffsets
+from rvqspec.core.sampling import warp_tensor
 from rvqspec.core.tree import SparseTree
+from rvqspec.core.verify import AcceptTables, accept, gumbel_max
 
 MASK_VALUE = -1e4  # additive "not visible" (fp16 safe; see module docstring)
 HEAD_MODES = ("window", "all")  # how a graph reaches the LM heads (module docstring, "Heads")
@@ -95,7 +99,6 @@ def offsets_from_drafter(drafter, code_predictor, depth: int) -> torch.Tensor:
     H = code_predictor.config.hidden_size
     if drafter is None:
         return torch.zeros(depth, H)  # (D, H)
-    from rvqspec.core.drafters import PositionOffsets, SharedLowRankOffsets
 
     if type(drafter) not in (PositionOffsets, SharedLowRankOffsets):
         raise ExportError(f"only offsets and shared_low_rank drafters can be exported (position-independent "
@@ -109,8 +112,6 @@ def offsets_from_drafter(drafter, code_predictor, depth: int) -> torch.Tensor:
 
 def low_rank_from_drafter(drafter, depth: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(V (D, H, r), U (D, r, H)) float32 of a `SharedLowRankOffsets` drafter, else None."""
-    from rvqspec.core.drafters import SharedLowRankOffsets
-
     if type(drafter) is not SharedLowRankOffsets:
         return None
     return (drafter.down.detach()[:depth].to(torch.float32).cpu().clone(),
@@ -392,7 +393,6 @@ def as_float32(code_predictor):
     graphs register the predictor's own layers)."""
     if next(code_predictor.parameters()).dtype == torch.float32:
         return code_predictor
-    import copy
 
     return copy.deepcopy(code_predictor).float()
 
@@ -468,9 +468,6 @@ class FrameGraph(nn.Module):
 
     def forward(self, talker_hidden: torch.Tensor, c0: torch.Tensor, noise: torch.Tensor, temperature: torch.Tensor,
                 top_k: torch.Tensor, top_p_tail: torch.Tensor) -> torch.Tensor:
-        from rvqspec.core.sampling import warp_tensor
-        from rvqspec.core.verify import gumbel_max
-
         st = self.step
         dt = st.head_stack.dtype
         kshape = (self.step.cp.config.num_hidden_layers, st.n_kv, st.S, st.hd)
@@ -513,7 +510,6 @@ class SpecRoundGraph(nn.Module):
     def __init__(self, code_predictor, tree: SparseTree, drafter=None, head_stack: torch.Tensor | None = None,
                  heads: str = "window"):
         super().__init__()
-        from rvqspec.core.verify import AcceptTables
 
         if len(tree) == 0 or tree.paths[0] != (0,):
             raise ExportError("the round graph needs a tree containing the node (0,) (round 0 places c0 there)")
@@ -548,9 +544,6 @@ class SpecRoundGraph(nn.Module):
 
     def forward(self, tokens, cache_length, key_cache, value_cache, talker_hidden, noise, temperature, top_k,
                 top_p_tail):
-        from rvqspec.core.sampling import warp_tensor
-        from rvqspec.core.verify import accept
-
         r, q, V, n, D = self.round, self.q, self.V, self.n, self.D
         dt = r.head_stack.dtype
         tok = tokens[0].to(torch.int64)  # (q,)

@@ -23,6 +23,7 @@ import time
 from typing import Sequence
 
 import torch
+from tqdm import tqdm
 
 from rvqspec.core.compiled import CompileConfig
 from rvqspec.core.sampling import Sampling
@@ -58,8 +59,6 @@ def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[t
                    compile_config: CompileConfig = CompileConfig()) -> dict:
     """frames: (talker_hidden (1, 1, E), c0 (1, 1)) pairs. Returns the JSON-able result (module
     docstring). Compiling / exporting happens before the timed frames (seconds in ``setup_s``)."""
-    from tqdm import tqdm
-
     for b in backends:
         if b not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {b!r}")

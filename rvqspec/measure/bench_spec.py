@@ -21,10 +21,14 @@ import time
 from dataclasses import asdict
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
 import torch
+from tqdm import tqdm
 
+from rvqspec.core.config import CodePredictorConfig
 from rvqspec.core.defaults import BUDGETS, K
-from rvqspec.core.drafters import Drafter, code_predictor_parameters
+from rvqspec.core.drafters import Drafter, PositionOffsets, code_predictor_parameters
+from rvqspec.core.model import MultiCodeDecoder, causal_mask, decoder_stack, rms_norm
 from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
@@ -60,8 +64,6 @@ def bench_acceptance(code_predictor, drafters: dict[str, Drafter], calibration: 
     """calibration: (hidden, codes) batches from free-running extraction (e.g. a `ShardDataset`);
     evaluation: language -> list of utterances (talker_hidden (T, E), codes (T, 16)).
     run_frames: frames per (drafter, N, language) for the decoder run; replay uses up to replay_frames."""
-    from tqdm import tqdm
-
     cp = code_predictor
     g = torch.Generator().manual_seed(seed)
     calib = list(calibration)
@@ -108,8 +110,6 @@ def bench_inner_loop(code_predictor, spec: SpeculativeCodePredictor, frames: Seq
                      progress: bool = True) -> dict:
     """frames: (talker_hidden (1, 1, E), c0 (1, 1)) pairs. AR and speculative run alternately on each
     frame (same inputs, same load); medians over frames."""
-    from tqdm import tqdm
-
     old = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -140,8 +140,6 @@ def bench_inner_loop(code_predictor, spec: SpeculativeCodePredictor, frames: Seq
 
 def _random_tree(n: int) -> SparseTree:
     """A depth-3 tree of n nodes with a Medusa-like shape (any tree of n nodes costs the same call)."""
-    import numpy as np
-
     acc = np.array([[0.6, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01, 0.01] + [0.005] * 24] * 3)
     return SparseTree.grow(acc, n, max_depth=K)
 
@@ -153,12 +151,6 @@ def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Se
                     compiled: bool = False) -> dict:
     """Time q=1 (an AR step) vs q=N+1 (a verify call) on a random full-size code predictor
     (`config` overrides the preset, for smoke tests)."""
-    from tqdm import tqdm
-
-    from rvqspec.core.config import CodePredictorConfig
-    from rvqspec.core.drafters import PositionOffsets
-    from rvqspec.core.model import MultiCodeDecoder, causal_mask, decoder_stack, rms_norm
-
     old = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)

@@ -30,6 +30,7 @@ from rvqspec.core.defaults import BUDGET, NUM_CODES
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, causal_mask
 from rvqspec.core.sampling import Sampling, warp_logits
 from rvqspec.core.tree import SparseTree
+from rvqspec.export.wrappers import ar_graph, fused_graph
 
 
 class StaticGraph:
@@ -177,8 +178,6 @@ def capture_spec_round(code_predictor: MultiCodeDecoder, tree: SparseTree, draft
                        warmup: int = 3) -> StaticGraph:
     """The fused draft + verify round (seed 000 Figure 3) for `tree`, q = N + 1: the export graph
     (`rvqspec.export.wrappers.fused_graph`, explicit KV in and out) with its inputs as buffers."""
-    from rvqspec.export.wrappers import fused_graph
-
     p = _param(code_predictor)
     graph = fused_graph(code_predictor, tree, drafter).to(p.device)
     names = list(graph.spec("round").inputs)
@@ -218,8 +217,6 @@ def bench_cuda_graphs(talker: CodeDecoder, code_predictor: MultiCodeDecoder, bud
     """Captured talker step, AR frame, q = 1 round and q = N + 1 rounds, timed side by side, and the
     speculative frame projected per acceptance source: prefill (timed as the q = 1 round) +
     (15 / tpc - 1) rounds of q = N + 1, against the captured AR frame (seed 000 §3.4)."""
-    from rvqspec.export.wrappers import ar_graph
-
     p = _param(code_predictor)
     graphs = {"talker_step": capture_talker_step(talker, max_len),
               "ar_frame": capture_ar_frame(code_predictor)}

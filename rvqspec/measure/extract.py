@@ -22,8 +22,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
 
+from rvqspec.core.checkpoint import model_hash as hash_of
 from rvqspec.core.defaults import K
+from rvqspec.core.frame_loop import teacher_forced_inner
 from rvqspec.core.jsonfile import atomic_path, read_json, write_json_atomic
 from rvqspec.core.sampling import Sampling
 
@@ -56,7 +60,6 @@ def teacher_forced_hidden(code_predictor, talker_hidden: torch.Tensor, codes: to
     if int(codes.min()) < 0 or int(codes[:, 1:].max()) >= cp.config.vocab_size:
         raise ExtractError(f"codes must lie in [0, {cp.config.vocab_size}), got range "
                            f"[{int(codes.min())}, {int(codes[:, 1:].max())}]")
-    from rvqspec.core.frame_loop import teacher_forced_inner
 
     return teacher_forced_inner(cp, talker_hidden, codes)  # (T, 15, H) h_1..h_15
 
@@ -93,11 +96,6 @@ def extract(code_predictor, utterances: Iterable[tuple[torch.Tensor, torch.Tenso
             progress: bool = True, extra: dict | None = None, model_hash: str | None = None) -> Path:
     """Write shards + manifest.json to out_dir; returns the manifest path. `model_hash`: the hash
     to record when `code_predictor` is a cast copy (bf16 on a GPU) of the checkpoint's weights."""
-    from safetensors.torch import save_file
-    from tqdm import tqdm
-
-    from rvqspec.core.checkpoint import model_hash as hash_of
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dtype = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}.get(config.dtype)
@@ -196,8 +194,6 @@ class ShardDataset:
         return n
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        from safetensors.torch import load_file
-
         shards = self.manifest["shards"]
         order = torch.randperm(len(shards), generator=self.generator).tolist() if self.shuffle else range(len(shards))
         for i in order:

@@ -26,9 +26,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy import stats
+from tqdm import tqdm
 
 from rvqspec.core.frame_loop import teacher_forced_inner
 from rvqspec.core.sampling import Sampling, probs
+from rvqspec.core.speculative import SpecStats
 
 
 @dataclass(frozen=True)
@@ -123,10 +125,6 @@ def exact_prefix_law(cp, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling
 
 
 def _draw_spec(spec, talker_hidden, c0, sampling, n, generator, progress, desc):
-    from tqdm import tqdm
-
-    from rvqspec.core.speculative import SpecStats
-
     out = torch.empty(n, 15, dtype=torch.long)  # (n, 15) c1..c15
     total = SpecStats()
     for i in tqdm(range(n), desc=desc, disable=not progress, leave=False):

@@ -26,6 +26,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import jiwer
+
 # Languages scored per character (no spaces between words in their script).
 CHARACTER_LANGUAGES = frozenset({"ja", "zh"})
 
@@ -90,8 +92,6 @@ def error_counts(
     Character counts keep the single spaces between words of space-delimited languages (as
     `jiwer.cer` does); for `ja`/`zh` the words are the characters, so both counts are equal.
     """
-    import jiwer
-
     if len(references) != len(hypotheses):
         raise ValueError(
             f"score: {len(references)} references but {len(hypotheses)} hypotheses"

@@ -39,22 +39,24 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
-
-from rvqspec.core.defaults import DRAFTER_PREFERENCE, NUM_CODES, K, choose_n_star
-from rvqspec.core.jsonfile import read_json
-from rvqspec.measure.acceptance import AcceptanceTable
-
-if TYPE_CHECKING:
-    from rvqspec.core.tree import SparseTree
+from typing import Callable
 
 import numpy as np
+import torch
 
-# torch (and rvqspec.core.tree, which imports it) load inside the functions: `rvqspec --help` stays fast.
+from rvqspec.core.checkpoint import model_hash
+from rvqspec.core.defaults import DRAFTER_PREFERENCE, NUM_CODES, K, choose_n_star
+from rvqspec.core.jsonfile import read_json
+from rvqspec.core.tree import SparseTree
+from rvqspec.export.coreml import CoreMLGraph, convert_graph
+from rvqspec.export.source import load_code_predictor
+from rvqspec.export.wrappers import ExportError, ar_graph, fused_graph
+from rvqspec.measure.acceptance import AcceptanceTable
 
 SCHEMA = "rvqspec.device_profile/1"
 BACKENDS = ("torch-cpu", "torch-cuda", "mps", "coreml", "onnx")
@@ -66,8 +68,6 @@ DEFAULT_ALPHA, DEFAULT_RHO, DEFAULT_RANKS = 0.9, 0.5, 16
 
 
 def torch_dtype(name: str):
-    import torch
-
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
@@ -240,8 +240,6 @@ def load_acceptance(path: str | Path | None, max_depth: int = K, drafter: str | 
 
 def trees_for_sizes(acceptance: Acceptance, sizes, max_depth: int = K) -> dict[int, "SparseTree"]:
     """Greedy trees (seed 000 §2.2) of each size from the acceptance table."""
-    from rvqspec.core.tree import SparseTree
-
     out = {}
     for n in sizes:
         t = SparseTree.grow(acceptance.table, budget=int(n), max_depth=max_depth)
@@ -256,14 +254,10 @@ def trees_for_sizes(acceptance: Acceptance, sizes, max_depth: int = K) -> dict[i
 # backends: each returns a zero-argument callable running one call on fixed inputs
 # --------------------------------------------------------------------------------------------
 def _model(spec: str, dtype, seed: int):
-    from rvqspec.export.source import load_code_predictor
-
     return load_code_predictor(spec, dtype, seed)
 
 
 def _feeds(graph, cache_length: int, seed: int) -> dict[str, np.ndarray]:
-    import torch
-
     g = torch.Generator().manual_seed(seed)
     names = list(graph.spec("x").inputs)
     return {n: t.float().numpy() if t.is_floating_point() else t.numpy()
@@ -272,8 +266,6 @@ def _feeds(graph, cache_length: int, seed: int) -> dict[str, np.ndarray]:
 
 def torch_runner(graph, cfg: ProfileConfig, device: str) -> Callable[[], object]:
     """Eager (optionally compiled) torch on cpu / mps; CUDA graphs on cuda."""
-    import torch
-
     dtype = torch_dtype(cfg.dtype)
     args = [a.to(device) if a.dtype == torch.int32 else a.to(device=device, dtype=dtype)
             for a in graph.example_inputs(cfg.cache_length, torch.Generator().manual_seed(cfg.seed), torch.float32)]
@@ -307,8 +299,6 @@ def torch_runner(graph, cfg: ProfileConfig, device: str) -> Callable[[], object]
 
 def _check_backend(cfg: ProfileConfig) -> str:
     """The torch device for the backend, or BackendUnavailable with the reason."""
-    import torch
-
     if cfg.backend == "torch-cuda":
         if not torch.cuda.is_available():
             raise BackendUnavailable("torch-cuda: torch.cuda.is_available() is False on this machine")
@@ -352,7 +342,6 @@ class _Runners:
             return lambda: sess(feeds)
         import coremltools as ct
 
-        from rvqspec.export.coreml import CoreMLGraph, convert_graph
 
         path = self.workdir / f"{name}.mlpackage"
         convert_graph(graph, name, ct.target.iOS17, "w8a16").save(str(path))
@@ -409,8 +398,6 @@ def time_calls(run: Callable[[], object], calls: int, warmup: int, budget_s: flo
 
 
 def device_name(backend: str) -> str:
-    import torch
-
     if backend == "torch-cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     name = platform.processor() or platform.machine()
@@ -427,12 +414,6 @@ def device_name(backend: str) -> str:
 def profile(cfg: ProfileConfig, acceptance: Acceptance | None = None, code_predictor=None,
             progress: bool = True) -> dict:
     """Run the profile and return the device profile dict (see `DeviceProfile`)."""
-    import tempfile
-
-    import torch
-
-    from rvqspec.export.wrappers import ar_graph, fused_graph
-
     device = _check_backend(cfg)
     acceptance = acceptance or load_acceptance(None, cfg.max_depth)
     torch.set_num_threads(cfg.threads)
@@ -469,7 +450,6 @@ def profile(cfg: ProfileConfig, acceptance: Acceptance | None = None, code_predi
     for n, tree in trees.items():
         verify[n] = dict(times[n], q=n + 1, tree=[list(p) for p in tree.paths])
     scores = _score(verify, ar["p50"], acceptance, trees)
-    from rvqspec.core.checkpoint import model_hash
 
     return {"schema": SCHEMA, "device": device_name(cfg.backend), "backend": cfg.backend, "dtype": cfg.dtype,
             "model": cfg.model, "model_hash": model_hash(cp), "threads": cfg.threads, "compile": cfg.compile,
@@ -575,8 +555,6 @@ def load_device_profile(path: str | Path) -> DeviceProfile:
 def tree_for_profile(profile: DeviceProfile, acceptance_table=None) -> "SparseTree":
     """The greedy tree of size N* (seed 000 §2.2, §3.4) from `acceptance_table` (K, R) — the
     calibration table of the drafter in use — or, when None, the table the profile was made with."""
-    from rvqspec.core.tree import SparseTree
-
     if acceptance_table is None:
         acceptance_table = profile.acceptance_table
     table = np.asarray(getattr(acceptance_table, "acc", acceptance_table), dtype=np.float64)  # AcceptanceTable or array
@@ -589,9 +567,6 @@ def tree_for_profile(profile: DeviceProfile, acceptance_table=None) -> "SparseTr
 
 def load_tree(path: str | Path, acceptance_table=None) -> "SparseTree":
     """A tree JSON (list of rank paths, or {"paths": [...]}) or a device profile JSON (its N* tree)."""
-    from rvqspec.core.tree import SparseTree
-    from rvqspec.export.wrappers import ExportError
-
     p = Path(path)
     d = read_json(p, ExportError, "no such tree file")
     if isinstance(d, dict) and str(d.get("schema", "")).startswith("rvqspec.device_profile"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from scipy.stats import kendalltau
 
 
 def paired_bootstrap(ar: list[dict], spec: list[dict], key_err: str, key_ref: str, n: int,
@@ -51,8 +52,6 @@ def paired_rate_difference(reference: list[dict], other: list[dict], n: int = 20
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:
     """Kendall's tau-b of two score vectors over the same items (1: same order, -1: reversed);
     NaN when either vector is constant."""
-    from scipy.stats import kendalltau
-
     return float(kendalltau(np.asarray(a, float), np.asarray(b, float)).statistic)
 
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from rvqspec.core.drafters import NUM_POSITIONS, Drafter
+from rvqspec.measure.extract import ShardDataset
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,6 @@ def train_drafter(drafter: Drafter, code_predictor, data, config: DrafterTrainCo
                   progress: bool = True) -> tuple[Drafter, list[float]]:
     """Train on `data`: a shard directory (teacher-forced extraction) or an iterable of
     (hidden (b, 15, H), codes (b, 16)) batches. Returns (drafter, per-step loss per draft)."""
-    from tqdm import tqdm
-
-    from rvqspec.measure.extract import ShardDataset
-
     old_threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)

@@ -28,6 +28,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 import rvqspec.core.model as core_model
 import rvqspec.core.speculative as core_spec
@@ -122,8 +123,6 @@ def bench_stream(tts, spec, sentences: Sequence[tuple[str, str]] = SENTENCES, re
                  config: StreamConfig = StreamConfig(), seed: int = 0, sampling: Sampling = Sampling(),
                  warmup: bool = True, progress: bool = True) -> dict:
     """AR (the code predictor) and `spec` (a SpeculativeCodePredictor) streamed side by side."""
-    from tqdm.auto import tqdm
-
     modes = {"ar": None, "spec": spec}
     if warmup:  # first calls pay allocation and the text front end's cache; not measured
         for inner in modes.values():

@@ -23,8 +23,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rvqspec.core.jsonfile import read_json
+import numpy as np
+import torch
+
+from rvqspec.core.jsonfile import read_json, write_json_atomic
+from rvqspec.mini.codec import CONFIG_FILE as CODEC_CONFIG_FILE
+from rvqspec.mini.codec import CodecConfig, RVQCodec, codec_quality
+from rvqspec.mini.corpus import add_codes, build_corpus, load_corpus
 from rvqspec.mini.paths import MANIFEST_FILE, MiniPaths
+from rvqspec.mini.text import CorpusConfig
 
 STEPS = ("corpus", "codec", "recognizer", "model")
 MANIFEST_FORMAT = "rvqspec-mini-manifest"
@@ -52,11 +59,9 @@ class BuildConfig:
     reuse_codec: bool = False  # codec step: keep a fitted codec already at data/mini/codec (same config)
 
     def corpus_config(self):
-        from rvqspec.mini.text import CorpusConfig
         return CorpusConfig.toy() if self.toy else CorpusConfig()
 
     def codec_config(self):
-        from rvqspec.mini.codec import CodecConfig
         return CodecConfig.toy() if self.toy else CodecConfig()
 
 
@@ -92,8 +97,6 @@ def artifact_table(data_dir: Path) -> dict[str, dict]:
 
 
 def _write_json_atomic(path: Path, payload: dict) -> None:
-    from rvqspec.core.jsonfile import write_json_atomic
-
     write_json_atomic(path, payload, indent=2, ensure_ascii=False)
 
 
@@ -107,21 +110,12 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
 
 # ------------------------------------------------------------------------------------------ steps
 def step_corpus(paths: MiniPaths, cfg: BuildConfig) -> dict:
-    from rvqspec.mini.corpus import build_corpus
-
     corpus_config = cfg.corpus_config()
     stats = build_corpus(paths.runs_corpus, paths.corpus, paths.tokenizer, corpus_config, progress=cfg.progress)
     return {"config": {"corpus": _jsonable(corpus_config)}, "result": stats}
 
 
 def step_codec(paths: MiniPaths, cfg: BuildConfig) -> dict:
-    import numpy as np
-    import torch
-
-    from rvqspec.mini.codec import CONFIG_FILE as CODEC_CONFIG_FILE
-    from rvqspec.mini.codec import RVQCodec, codec_quality
-    from rvqspec.mini.corpus import add_codes, load_corpus
-
     codec_config = cfg.codec_config()
     dd = load_corpus(paths.runs_corpus, need_audio=True)
     if "model_train" not in dd:

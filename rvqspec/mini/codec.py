@@ -35,6 +35,8 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from rvqspec.mini.phonemes import num_frames
@@ -439,8 +441,6 @@ class RVQCodec:
     # -- files ------------------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike, extra: dict | None = None) -> Path:
         """Write codec.safetensors + codec_config.json into `directory` atomically (temp dir, rename)."""
-        from safetensors.torch import save_file
-
         self._check_fitted()
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -468,9 +468,6 @@ class RVQCodec:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "RVQCodec":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         cfg_path, w_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
         for p in (cfg_path, w_path):

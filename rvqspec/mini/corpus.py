@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
+from datasets import Dataset, DatasetDict, load_from_disk
 from tqdm.auto import tqdm
 
 from rvqspec.mini.phonemes import PhonemeTokenizer, num_frames
@@ -70,8 +72,6 @@ def _list_array(arrays: Sequence[np.ndarray], pa_type, chunk_rows: int = 256):
     built from flat numpy buffers (no per-sample Python scalars), `chunk_rows` rows per chunk.
 
     Chunks bound the extra memory to one chunk's flat copy instead of a copy of the whole column."""
-    import pyarrow as pa
-
     if len(arrays) > chunk_rows:
         return pa.chunked_array([_list_array(arrays[s:s + chunk_rows], pa_type, chunk_rows)
                                  for s in range(0, len(arrays), chunk_rows)])
@@ -88,15 +88,11 @@ def _list_array(arrays: Sequence[np.ndarray], pa_type, chunk_rows: int = 256):
 
 
 def _codes_type(codebook_size: int):
-    import pyarrow as pa
-
     return pa.uint8() if codebook_size <= 256 else pa.int16()
 
 
 def _split_table(rows: list[dict], with_audio: bool, codebook_size: int | None):
     """pyarrow Table for one split. rows: dicts with the text columns, phoneme_frames, [audio], [codes]."""
-    import pyarrow as pa
-
     cols = {
         "id": pa.array([r["id"] for r in rows], pa.string()),
         "text": pa.array([r["text"] for r in rows], pa.string()),
@@ -115,10 +111,6 @@ def _split_table(rows: list[dict], with_audio: bool, codebook_size: int | None):
 def save_corpus(rows: list[dict], directory: str | os.PathLike, with_audio: bool,
                 codebook_size: int | None = None) -> Path:
     """Write rows as a DatasetDict keyed by split, atomically (temp dir, then rename)."""
-    from datasets import Dataset, DatasetDict
-
-    import pyarrow as pa
-
     directory = Path(directory)
     by_split: dict[str, list[dict]] = {}
     for r in rows:
@@ -152,8 +144,6 @@ def save_corpus(rows: list[dict], directory: str | os.PathLike, with_audio: bool
 
 def load_corpus(directory: str | os.PathLike, need_audio: bool = False, need_codes: bool = False):
     """The corpus DatasetDict at `directory`, with a clear error when it is missing or incomplete."""
-    from datasets import DatasetDict, load_from_disk
-
     directory = Path(directory)
     if not directory.is_dir():
         raise CorpusError(f"no corpus at {directory} (build it: rvqspec mini build --steps corpus,codec)")

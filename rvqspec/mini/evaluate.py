@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import plotly.graph_objects as go
 import torch
 
+from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
 from rvqspec.core.sampling import Sampling, probs
+from rvqspec.mini.corpus import load_corpus
+from rvqspec.mini.pipeline import intelligibility
 
 LANGUAGES = ("en", "de", "es", "ru", "ja", "zh")
 
@@ -37,8 +41,6 @@ def depth_entropy(tts, texts: Sequence[np.ndarray], codes: Sequence[np.ndarray],
     c0 comes from the talker's codec head (restricted to the codebook), c1..c15 from the code
     predictor's heads. Returns {"softmax": [16], "sampled": [16]}: the tempered softmax, and the
     top-k/top-p distribution the deployed sampler draws from."""
-    from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
-
     talker, cp, cb = tts.talker, tts.code_predictor, tts.codebook_size
     tempered = Sampling(do_sample=True, top_k=0, top_p=1.0, temperature=sampling.temperature)
     soft, samp, n = torch.zeros(16), torch.zeros(16), 0
@@ -59,8 +61,6 @@ def depth_entropy(tts, texts: Sequence[np.ndarray], codes: Sequence[np.ndarray],
 
 
 def entropy_figure(ent: dict):
-    import plotly.graph_objects as go
-
     x = [f"c{i}" for i in range(16)]
     fig = go.Figure([go.Scatter(x=x, y=ent["softmax"], mode="lines+markers", name="softmax (T=0.9)"),
                      go.Scatter(x=x, y=ent["sampled"], mode="lines+markers", name="top-k 50 (sampled)")])
@@ -73,9 +73,6 @@ def evaluate_mini(tts, recognizer, corpus_dir: str | Path, config: MiniEvalConfi
                   inner=None, progress: bool = True, sampling: Sampling = Sampling()) -> dict:
     """CER/WER of free-running synthesis per language (held-out eval texts, drawn with `sampling`)
     + depth entropy."""
-    from rvqspec.mini.corpus import load_corpus
-    from rvqspec.mini.pipeline import intelligibility
-
     dd = load_corpus(corpus_dir)
     ds = dd[config.split]
     table = {}

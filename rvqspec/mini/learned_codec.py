@@ -37,6 +37,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
 from rvqspec.mini.codec import CONFIG_FILE, WEIGHTS_FILE, CodecConfig, CodecError, RVQCodec
 
@@ -164,8 +166,6 @@ class LearnedCodec(nn.Module):
     def fit(self, audios: Sequence, phonemes: Sequence[np.ndarray], generator: torch.Generator | None = None,
             progress: bool = True) -> "LearnedCodec":
         """Train on 1-D 16 kHz clips with their frame-aligned phoneme ids (T,) per clip."""
-        from tqdm.auto import tqdm
-
         c = self.config
         g = generator if generator is not None else torch.Generator().manual_seed(c.seed)
         torch.manual_seed(c.seed)
@@ -247,8 +247,6 @@ class LearnedCodec(nn.Module):
 
     # -- files ------------------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike, extra: dict | None = None) -> Path:
-        from safetensors.torch import save_file
-
         self._check()
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -269,8 +267,6 @@ class LearnedCodec(nn.Module):
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "LearnedCodec":
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         meta = _read_meta(directory)
         if meta.get("format") != FORMAT:

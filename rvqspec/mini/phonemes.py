@@ -27,6 +27,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from rvqspec.mini.speech import synthesize, text_to_phonemes
+
 SPECIAL_TOKENS = ("<pad>", "<sil>", "<bos>", "<eos>", "<unk>")
 PAD, SIL, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 FRAME_RATE = 12.5  # Hz: the codec's frame rate (one talker step per 80 ms frame)
@@ -126,8 +128,6 @@ class PhonemeTokenizer:
 
     def phonemize(self, text: str, lang: str) -> tuple[np.ndarray, float]:
         """Synthesis-time input: run espeak-ng for its timing -> ((T,) frame tokens, duration s)."""
-        from rvqspec.mini.speech import synthesize
-
         utt = synthesize(text, lang)
         n = num_frames(len(utt.audio), utt.sample_rate)
         return self.frame_tokens(utt.phonemes, n, lang), utt.duration
@@ -203,6 +203,4 @@ def clean_phonemes(names: Sequence[str], lang: str) -> list[str]:
 
 def text_phonemes(text: str, lang: str) -> list[str]:
     """The phonemes espeak-ng says for `text` in `lang` (no audio is synthesized)."""
-    from rvqspec.mini.speech import text_to_phonemes
-
     return clean_phonemes(text_to_phonemes(text, lang), lang)

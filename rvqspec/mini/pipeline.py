@@ -14,9 +14,14 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from rvqspec.core.sampling import Sampling
+from rvqspec.core.checkpoint import load_qwen3_tts
 from rvqspec.core.frame_loop import FrameCompleter, SynthesisStats, synthesize_codes
+from rvqspec.core.sampling import Sampling
+from rvqspec.mini.codec import RVQCodec
+from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
+from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "mini"
 
@@ -51,10 +56,6 @@ class MiniTTS:
     @classmethod
     def load(cls, data_dir: str | Path | None = None, model_dir: str | Path | None = None,
              codec_dir: str | Path | None = None, dtype: torch.dtype = torch.float32) -> "MiniTTS":
-        from rvqspec.core.checkpoint import load_qwen3_tts
-        from rvqspec.mini.codec import RVQCodec
-        from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
-
         data_dir = Path(data_dir) if data_dir else default_data_dir()
         model_dir = Path(model_dir) if model_dir else data_dir / "model"
         codec_dir = Path(codec_dir) if codec_dir else data_dir / "codec"
@@ -115,10 +116,6 @@ def intelligibility(tts: MiniTTS, texts: Sequence[str], language: str, recognize
     espeak-ng's phonemes of the text, the mini world's headline; None when the recognizer has no
     phoneme head), WER and CER (CER the headline for ja/zh as in seed 000 Table 3). Returns
     corpus-level rates plus per-clip rows."""
-    from tqdm.auto import tqdm
-
-    from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
-
     clips, refs, hyps, phons = [], [], [], []
     items = [(t, s) for s in seeds for t in texts]
     for text, seed in tqdm(items, desc=f"synthesize+transcribe {language}", disable=not progress):

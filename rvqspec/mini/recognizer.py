@@ -29,6 +29,9 @@ Artifact layout (`save_recognizer` / `load_recognizer`): `recognizer.json` (Reco
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
+import io
 import json
 import math
 import os
@@ -40,9 +43,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from datasets import load_from_disk
+from safetensors.torch import load_file, save_file
+from scipy.signal import resample_poly
 from torch import nn
+from tqdm import tqdm
 
 from rvqspec.measure.metrics import normalize, phoneme_score, score
+from rvqspec.mini.codec import RVQCodec
+from rvqspec.mini.codec import mel_filterbank as codec_mel_filterbank
 from rvqspec.mini.phonemes import text_phonemes
 
 SAMPLE_RATE = 16000
@@ -136,8 +145,6 @@ class RecognizerConfig:
 def mel_filterbank(n_fft: int, n_mels: int, sample_rate: int, f_min: float = 20.0,
                    f_max: float | None = None) -> torch.Tensor:
     """Triangular filters on the HTK mel scale: (n_fft // 2 + 1, n_mels) (the codec's, transposed)."""
-    from rvqspec.mini.codec import mel_filterbank as codec_mel_filterbank
-
     f_max = sample_rate / 2 if f_max is None else f_max
     return codec_mel_filterbank(sample_rate, n_fft, n_mels, f_min, f_max).T.contiguous()  # (F, M)
 
@@ -441,8 +448,6 @@ _FILES = ("recognizer.json", "vocab.json", "model.safetensors")
 
 def save_recognizer(model: CTCModel, vocab: Vocab, out_dir: str | Path, metrics: dict | None = None) -> Path:
     """Write the artifact into a temporary sibling directory, then rename it over `out_dir`."""
-    from safetensors.torch import save_file
-
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
@@ -478,8 +483,6 @@ def is_recognizer_dir(path: str | Path) -> bool:
 
 def load_recognizer(path: str | Path, device: str = "cpu") -> CTCRecognizer:
     """Load an artifact written by `save_recognizer`."""
-    from safetensors.torch import load_file
-
     path = Path(path)
     missing = [f for f in _FILES if not (path / f).is_file()]
     if missing:
@@ -509,10 +512,6 @@ def load_split(corpus_dir: str | Path, split: str, languages: Sequence[str] | No
 
     `pcm16=True` keeps the audio as int16 (half the memory of float32: model_train is ~6 h).
     """
-    from tqdm import tqdm
-
-    from datasets import load_from_disk
-
     corpus_dir = Path(corpus_dir)
     if not corpus_dir.exists():
         raise FileNotFoundError(f"corpus {corpus_dir} does not exist (build it with the mini corpus command)")
@@ -561,10 +560,6 @@ def to_float(audio: np.ndarray) -> np.ndarray:
 
 
 def _decode_audio(value, where: str) -> np.ndarray:
-    import io
-
-    from scipy.signal import resample_poly
-
     if isinstance(value, dict) and value.get("bytes") is not None:
         import soundfile as sf
 
@@ -596,11 +591,6 @@ def resynthesize(codec, audios: Sequence[np.ndarray], desc: str = "codec resynth
 
     `griffin_lim_iters` overrides the codec's synthesis iterations (for cheap training copies).
     """
-    import copy
-    import dataclasses
-
-    from tqdm import tqdm
-
     if griffin_lim_iters is not None and hasattr(codec, "config"):
         codec = copy.copy(codec)  # the caller's codec keeps its own config
         codec.config = dataclasses.replace(codec.config, griffin_lim_iters=griffin_lim_iters)
@@ -614,8 +604,6 @@ def resynthesize(codec, audios: Sequence[np.ndarray], desc: str = "codec resynth
 
 
 def load_codec(codec_dir: str | Path):
-    from rvqspec.mini.codec import RVQCodec
-
     return RVQCodec.load(codec_dir)
 
 
@@ -673,8 +661,6 @@ def train_on_utterances(train: list[dict], val: list[dict], config: RecognizerCo
     probability `config.codec_prob` each epoch. With `config.phoneme_weight > 0` a phoneme head is
     trained too, on `phonemes` (a mnemonic list) or, where absent, espeak-ng's phonemes of the text.
     """
-    from tqdm import tqdm
-
     if not train:
         raise ValueError("train_recognizer: no training utterances")
     rng = np.random.default_rng(config.seed)
@@ -866,8 +852,6 @@ def evaluate_recognizer(recognizer, corpus_dir: str | Path, codec=None, split: s
     espeak-ng audio as stored; with `codec` (an RVQCodec or its directory) each language also gets
     a "codec" row on the same utterances after encode -> decode, i.e. what the codec alone costs.
     """
-    from tqdm import tqdm
-
     if codec is not None and not hasattr(codec, "encode"):
         codec = load_codec(codec)
     rows = load_split(corpus_dir, split, languages=languages, max_per_language=max_per_language)

@@ -15,6 +15,9 @@ import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.signal import resample_poly
+
+from rvqspec.core.defaults import LANGUAGES
 
 # language code (seed 000 Table 3: the six Fleurs languages) -> espeak-ng voice name.
 # Every voice gets the "michel" variant: it sets flutter 0, echo 0 and roughness 0. With the default
@@ -29,7 +32,8 @@ VOICES: dict[str, str] = {
     "ja": "ja",  # reads kana only (kanji are spelled out as "Chinese letter"), so text.py writes kana
     "zh": "cmn",  # Mandarin, reads hanzi
 }
-LANGUAGES: tuple[str, ...] = tuple(VOICES)
+if tuple(VOICES) != LANGUAGES:
+    raise ImportError(f"espeak-ng voices {tuple(VOICES)} do not cover rvqspec.core.defaults.LANGUAGES {LANGUAGES}")
 
 ESPEAK_RATE = 22050  # espeak-ng's native output rate
 SAMPLE_RATE = 16000  # the codec's rate
@@ -201,8 +205,6 @@ def text_to_phonemes(text: str, lang: str) -> list[str]:
 
 def synthesize(text: str, lang: str, config: SpeechConfig = SpeechConfig()) -> Utterance:
     """Speak `text` in language `lang` with espeak-ng: 16 kHz float32 audio + phoneme timings."""
-    from scipy.signal import resample_poly
-
     voice = check_language(lang)
     if not text.strip():
         raise ValueError(f"cannot synthesize empty text (language {lang!r})")

@@ -17,13 +17,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import datasets
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
 from rvqspec.core.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.mini.learned_codec import load_codec
+from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 
 NUM_SPECIAL_CODEC_TOKENS = 8  # pad, bos, eos, think, nothink, think_bos, think_eos, spare
 
@@ -106,8 +111,6 @@ def model_config(cfg: MiniModelConfig, text_vocab_size: int, codebook_size: int)
 
 def load_split(corpus_dir: Path, split: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(text ids per utterance (T,), codes per utterance (T, 16)) of one corpus split."""
-    import datasets
-
     ds = datasets.load_from_disk(str(corpus_dir))
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
@@ -171,8 +174,6 @@ def losses(talker: CodeDecoder, cp: MultiCodeDecoder, text: torch.Tensor, codes:
     """Teacher-forced (c0 loss, c1..c15 loss) of one batch: text (B, T), codes (B, T, 16), valid (B, T).
     The code-predictor loss uses at most `cp_frames` random frames of the batch. `input_codes`
     (B, T, 16): what the talker reads as the previous frames' codes (default: codes)."""
-    from rvqspec.core.frame_loop import teacher_forced_talker
-
     hidden, logits = teacher_forced_talker(talker, cp, text, codes if input_codes is None else input_codes)
     return losses_from_talker(cp, hidden, logits, codes, valid, cp_frames, generator)
 
@@ -183,8 +184,6 @@ def losses_from_talker(cp: MultiCodeDecoder, hidden: torch.Tensor, logits: torch
     """`losses` given the talker's output over the T frames: hidden (B, T, E) after the final norm and
     c0 logits (B, T, V). SPADE's distillation passes its own traced forward here, so the student
     runs once per step."""
-    from rvqspec.core.frame_loop import teacher_forced_inner
-
     loss_c0 = F.cross_entropy(logits[valid], codes[..., 0][valid])
     h = hidden[valid].unsqueeze(1)  # (N, 1, E): one code-predictor sequence per real frame
     fc = codes[valid]  # (N, 16)
@@ -203,10 +202,6 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
                      init_dir: str | Path | None = None) -> dict:
     """Train the mini model and save it in the official layout at out_dir. Returns metrics.
     `init_dir`: continue from that checkpoint's weights (same sizes) instead of a random init."""
-    from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
-    from rvqspec.mini.learned_codec import load_codec
-    from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
-
     cfg = config or (MiniModelConfig.toy() if toy else MiniModelConfig())
     corpus_dir, codec_dir, out_dir = Path(corpus_dir), Path(codec_dir), Path(out_dir)
     torch.set_num_threads(cfg.threads)
@@ -291,8 +286,6 @@ def validation_loss(talker, cp, corpus_dir: Path, split: str = "validation", lim
 
 
 def _find_tokenizer(corpus_dir: Path) -> Path:
-    from rvqspec.mini.phonemes import TOKENIZER_FILE
-
     for cand in (corpus_dir / TOKENIZER_FILE, corpus_dir.parent / TOKENIZER_FILE,
                  corpus_dir.parent / "tokenizer" / TOKENIZER_FILE):
         if cand.exists():

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from rvqspec.mini.recognizer import SAMPLE_RATE, intelligibility_score, load_codec, resynthesize, transcribe_scored
 from rvqspec.mini.speech import LANGUAGES, synthesize
 
 TESTSET_DIR = Path(__file__).resolve().parents[2] / "data" / "testset"
@@ -38,9 +39,6 @@ def evaluate_testset(recognizer, codec=None, directory: str | Path = TESTSET_DIR
                      languages: Sequence[str] = LANGUAGES, progress: bool = True) -> list[dict]:
     """Rows {language, condition, n, per, wer, cer, metric, hypotheses} for the clean espeak-ng
     speech of the test set and, with `codec` (an RVQCodec or its directory), its resynthesis."""
-    from rvqspec.mini.recognizer import (SAMPLE_RATE, intelligibility_score, load_codec, resynthesize,
-                                         transcribe_scored)
-
     if codec is not None and not hasattr(codec, "encode"):
         codec = load_codec(codec)
     rows = []

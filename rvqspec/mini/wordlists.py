@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rvqspec.mini.speech import text_to_phonemes
+
 FUNCTION_WORDS = 100  # the most frequent words of a list: articles, particles, pronouns
 FUNCTION_SHARE = 0.35  # share of function words in a sentence (about that of running text)
 RANK_EXPONENT = 0.5  # content words: P(rank r) ~ r^-0.5 (flatter than Zipf's r^-1)
@@ -67,8 +69,6 @@ def _is_word(word: str, lang: str) -> bool:
 
 def speakable(word: str, lang: str) -> bool:
     """espeak-ng reads `word` in the `lang` voice: phonemes come out and no voice switch happens."""
-    from rvqspec.mini.speech import text_to_phonemes
-
     names = text_to_phonemes(word, lang)
     switched = any(n.startswith("(") for n in names)  # "(en)": espeak-ng changed voice
     return not switched and any(not n.startswith("_") for n in names)

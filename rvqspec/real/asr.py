@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+from scipy.signal import resample_poly
+
+from rvqspec.mini.recognizer import is_recognizer_dir
+from rvqspec.mini.recognizer import load_recognizer as load_ctc
 
 # The committed mini recognizer, next to the package in the repository checkout.
 DEFAULT_RECOGNIZER = Path(__file__).resolve().parents[2] / "data" / "mini" / "recognizer"
@@ -41,7 +45,6 @@ def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
         raise ValueError(f"sampling rates must be positive, got {from_rate} -> {to_rate}")
     if from_rate == to_rate:
         return audio
-    from scipy.signal import resample_poly
 
     g = math.gcd(from_rate, to_rate)
     return resample_poly(audio, to_rate // g, from_rate // g).astype(np.float32)
@@ -51,8 +54,6 @@ class MiniCTCRecognizer:
     """The mini world's character CTC recognizer (see `rvqspec.mini.recognizer`)."""
 
     def __init__(self, directory: str | Path = DEFAULT_RECOGNIZER, device: str = "cpu"):
-        from rvqspec.mini.recognizer import load_recognizer as load_ctc
-
         self.directory = Path(directory)
         self.model = load_ctc(self.directory, device=device)
         self.sampling_rate = self.model.config.sample_rate
@@ -125,8 +126,6 @@ class TransformersASR:
 
 def load_recognizer(spec: str | Path | None = None, device: str = "cpu", batch_size: int = 8) -> Recognizer:
     """A mini recognizer directory (default: the committed one) or a local transformers model path."""
-    from rvqspec.mini.recognizer import is_recognizer_dir
-
     path = Path(spec) if spec is not None else DEFAULT_RECOGNIZER
     if is_recognizer_dir(path):
         return MiniCTCRecognizer(path, device=device)

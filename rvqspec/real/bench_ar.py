@@ -25,7 +25,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+import torch
+from tqdm import tqdm
+
+from rvqspec.core.checkpoint import build_from_state_dict
 from rvqspec.core.config import CodePredictorConfig
+from rvqspec.core.model import MultiCodeDecoder, causal_mask
+from rvqspec.core.sampling import Sampling
+from rvqspec.real.official import import_official
 
 # Light at import time (the CLI reads BenchARConfig defaults): torch is imported in the functions.
 DTYPES = ("float32", "bfloat16", "float16")
@@ -57,8 +64,6 @@ def _timed(fn) -> float:
 
 
 def make_bandwidth_probe(mib: int):
-    import torch
-
     """A function returning one read-bandwidth sample (bytes/s): sum a float32 tensor of `mib` MiB,
     far larger than the CPU caches, so the sum streams from DRAM."""
     x = torch.ones(mib * 2 ** 20 // 4, dtype=torch.float32)  # (N,)
@@ -68,10 +73,6 @@ def make_bandwidth_probe(mib: int):
 
 def _official_predictor(cfg: CodePredictorConfig, seed: int):
     """The official code predictor module (random init, fixed seed) for this config."""
-    import torch
-
-    from rvqspec.real.official import import_official
-
     _, C = import_official()
     official_cfg = cfg.to_official()
     official_cfg.pop("model_type", None)
@@ -88,13 +89,6 @@ def _official_predictor(cfg: CodePredictorConfig, seed: int):
 def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig | None = None,
                  progress: bool = True) -> dict:
     """Run the benchmark; returns a JSON-able dict (see module docstring for the fields)."""
-    import torch
-    from tqdm import tqdm
-
-    from rvqspec.core.sampling import Sampling
-    from rvqspec.core.checkpoint import build_from_state_dict
-    from rvqspec.core.model import MultiCodeDecoder, causal_mask
-
     cfg = cfg or CodePredictorConfig.from_name(bc.preset)
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(bc.threads)

@@ -45,6 +45,8 @@ layouts above, so the real-data runbook can be rehearsed end to end (docs/real_w
 from __future__ import annotations
 
 import csv
+import importlib
+import importlib.util
 import io
 import os
 import re
@@ -52,8 +54,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import datasets
 import numpy as np
+import soundfile as sf
 import torch
+
+from rvqspec.core.checkpoint import load_qwen3_tts
+from rvqspec.core.frame_loop import teacher_forced_frames
+from rvqspec.core.sampling import Sampling
+from rvqspec.measure.extract import ExtractConfig, extract
+from rvqspec.mini.codec import RVQCodec
+from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
+from rvqspec.real.asr import resample
+from rvqspec.real.official import import_official
+from rvqspec.real.official_pipeline import shared_code_predictor
 
 AUDIO_EXTS = (".wav", ".flac", ".ogg", ".mp3", ".opus")
 TEXT_COLUMNS = ("raw_text", "raw_transcription", "text", "transcription", "normalized_text", "sentence")
@@ -111,8 +125,6 @@ class RealItem:
 # --------------------------------------------------------------------------------------------
 def read_audio(source: Any, where: str) -> tuple[np.ndarray, int]:
     """A path, a {'bytes', 'path'} dict or an {'array', 'sampling_rate'} dict -> (mono float32, rate)."""
-    import soundfile as sf
-
     if isinstance(source, dict) and source.get("array") is not None:
         a = np.asarray(source["array"], dtype=np.float32)
         sr = source.get("sampling_rate")
@@ -174,8 +186,6 @@ def detect_layout(path: str | os.PathLike) -> str:
 
 
 def _hf_table(spec: DatasetSpec, layout: str):
-    import datasets
-
     d = Path(spec.path)
     if layout == "hf_disk":
         ds = datasets.load_from_disk(str(d))
@@ -360,7 +370,6 @@ def _official_tokenizer(path: str | os.PathLike, device: str | torch.device = "c
     if not (d / "config.json").is_file():
         raise DatasetError(f"{d}: no speech tokenizer here (expected config.json of the 12 Hz Qwen3-TTS "
                            f"tokenizer, e.g. <Qwen3-TTS checkpoint>/speech_tokenizer)")
-    from rvqspec.real.official import import_official
 
     import_official()
     try:
@@ -381,8 +390,6 @@ def official_speech_encoder(path: str | os.PathLike, device: str = "cpu", tokeni
 
     Audio is resampled to the tokenizer's input rate here (scipy), because the official resampler is
     librosa, which this environment lacks."""
-    from rvqspec.real.asr import resample
-
     tok = tokenizer or _official_tokenizer(path, device)
     rate = int(tok.get_input_sample_rate())
 
@@ -549,9 +556,6 @@ def extract_with(code_predictor, forcer, items: Iterable[RealItem], encoder: Enc
                  model_hash: str | None = None) -> Path:
     """Items -> hidden-state shards with any teacher forcer (`forcer.for_item(item, codes)` or
     `forcer(text, language, codes)` -> (T, E)); `code_predictor` is our MultiCodeDecoder."""
-    from rvqspec.measure.extract import ExtractConfig, extract
-    from rvqspec.core.sampling import Sampling
-
     stats = {"items": 0, "frames": 0, "audio_seconds": 0.0}
 
     def count(item: RealItem, frames: int) -> None:
@@ -573,8 +577,6 @@ def extract_items(official_model, items: Iterable[RealItem], encoder: Encoder, t
                   generator: torch.Generator | None = None, model_hash: str | None = None) -> Path:
     """Real items -> hidden-state shards in out_dir (rvqspec.measure.extract format) for an official model;
     returns the manifest path. h_1..h_15 come from our MultiCodeDecoder sharing the official tensors."""
-    from rvqspec.real.official_pipeline import shared_code_predictor
-
     talker = official_model.talker
     ours = shared_code_predictor(talker.code_predictor, talker)
     forcer = OfficialTeacherForcer(official_model, text_ids, prompt)
@@ -594,9 +596,6 @@ class MiniTeacherForcer:
     stretched linearly to the audio's frame count (an approximation for foreign audio)."""
 
     def __init__(self, model_dir: str | os.PathLike):
-        from rvqspec.core.checkpoint import load_qwen3_tts
-        from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
-
         d = Path(model_dir)
         tok = d / TOKENIZER_FILE
         if not tok.is_file():
@@ -625,8 +624,6 @@ class MiniTeacherForcer:
 
     @torch.no_grad()
     def for_item(self, item: RealItem, codes: torch.Tensor) -> torch.Tensor:
-        from rvqspec.core.frame_loop import teacher_forced_frames
-
         ids = self.text_ids(item, codes.shape[0])
         hidden, _ = teacher_forced_frames(self.model.talker, self.model.code_predictor, ids, codes)
         return hidden  # (T, E)
@@ -646,9 +643,6 @@ class Codec:
 
 def load_object(spec: str) -> Any:
     """'path/to/file.py:NAME' or 'package.module:NAME' -> the object (for test doubles and plugins)."""
-    import importlib
-    import importlib.util
-
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name:
         raise DatasetError(f"{spec!r}: expected FILE.py:NAME or module:NAME")
@@ -685,9 +679,6 @@ def official_codec(path: str | os.PathLike, device: str | torch.device = "cpu", 
 
 def mini_codec(path: str | os.PathLike) -> Codec:
     """The mini world's RVQ codec (16 codebooks, 16 kHz, Griffin-Lim decoder)."""
-    from rvqspec.real.asr import resample
-    from rvqspec.mini.codec import RVQCodec
-
     codec = RVQCodec.load(path)
     rate = int(codec.config.sample_rate)
 
@@ -738,8 +729,6 @@ LANGUAGE_NAMES = {"en": "English", "de": "German", "es": "Spanish", "ru": "Russi
 
 
 def _wav_bytes(audio: np.ndarray, rate: int) -> bytes:
-    import soundfile as sf
-
     buf = io.BytesIO()
     sf.write(buf, np.asarray(audio, dtype=np.float32), rate, format="WAV", subtype="FLOAT")
     return buf.getvalue()
@@ -752,8 +741,6 @@ def write_mini_layouts(corpus: str | os.PathLike, out: str | os.PathLike, train:
     folder (calibration split: id, text; no language column) and a Fleurs-like `save_to_disk` dir
     (eval split as 'test': id, raw_transcription, transcription, language names), each keeping the
     corpus's `phoneme_frames`. Audio is stored the way the `Audio` feature stores it (WAV bytes)."""
-    import datasets
-
     src = datasets.load_from_disk(str(corpus))
     need = {"train", "calibration", "eval"}
     if not isinstance(src, datasets.DatasetDict) or not need <= set(src):

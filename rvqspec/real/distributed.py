@@ -33,19 +33,36 @@ which here simply runs with world size 1.
 """
 from __future__ import annotations
 
+import atexit
+import copy
 import hashlib
 import json
 import os
 import shutil
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 
 from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
+from rvqspec.core.jsonfile import write_json_atomic as write
 from rvqspec.core.sampling import Sampling
+from rvqspec.measure.extract import ExtractConfig, ShardDataset, read_manifest
+from rvqspec.measure.train_drafter import drafter_loss
+from rvqspec.real.datasets import (
+    DatasetSpec,
+    MiniTeacherForcer,
+    PromptConfig,
+    count_items,
+    extract_items,
+    extract_with,
+    iter_range,
+)
+from rvqspec.real.official_pipeline import load_official_model
 
 DONE_SUFFIX = ".done"
 
@@ -127,8 +144,6 @@ def placement(device: str | None = None, dtype: str | None = None) -> tuple[torc
 
 
 def _destroy_process_group() -> None:
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -142,7 +157,6 @@ def wait_for_everyone() -> None:
         PartialState().wait_for_everyone()
     except ImportError:
         return
-    import atexit
 
     atexit.unregister(_destroy_process_group)
     atexit.register(_destroy_process_group)
@@ -157,10 +171,6 @@ def finish_distributed() -> None:
     is written atomically before this point, so a rank skips interpreter teardown with `os._exit`.
     Alone (world size 1, also in-process CLI tests) this only tears the group down, if any.
     """
-    import sys
-
-    import torch.distributed as dist
-
     launched = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     if launched:
         dist.barrier()
@@ -206,8 +216,6 @@ def is_done(out: Path, u: int) -> bool:
 
 def write_json_atomic(path: Path, obj) -> None:
     """Markers and merged results of the distributed jobs (sorted keys: ranks write them alike)."""
-    from rvqspec.core.jsonfile import write_json_atomic as write
-
     write(path, obj, indent=1, sort_keys=True)
 
 
@@ -300,11 +308,6 @@ class ExtractJob:
 def extract_sharded(job: ExtractJob, encoder, text_ids, topo: Topology | None = None,
                     cfg: ScaleConfig = ScaleConfig(), log: Callable[[str], None] | None = None) -> dict:
     """Extract this process's units of `job.dataset` into `job.out/unit_XXXXX/` (resumable)."""
-    from rvqspec.real.datasets import (DatasetSpec, MiniTeacherForcer, PromptConfig, count_items, extract_items,
-                                       extract_with, iter_range)
-    from rvqspec.measure.extract import ExtractConfig
-    from rvqspec.real.official_pipeline import load_official_model
-
     topo = topo or topology()
     if job.backend not in ("official", "mini"):
         raise ScaleError(f"ExtractJob.backend must be 'official' or 'mini', got {job.backend!r}")
@@ -405,10 +408,6 @@ def rank_batches(shard_dir: str | os.PathLike, batch_size: int, seed: int, epoch
     """(stream, n_batches) of process `rank`: its shards of the extraction (`rank_shards`),
     shuffled with a generator seeded by (seed, epoch, rank); full batches only. Memory holds one
     shard at a time, and each process reads only its own shards."""
-    import copy
-
-    from rvqspec.measure.extract import ShardDataset
-
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch * 1_009 + rank)
     ds = ShardDataset(shard_dir, batch_size=batch_size, shuffle=True, generator=g, code_predictor=code_predictor,
                       drop_last=True)
@@ -437,8 +436,6 @@ def rank_shards(shards: list[dict], batch_size: int, world: int) -> list[list[in
 
 def train_plan(shard_dir: str | os.PathLike, batch_size: int, world: int) -> dict:
     """Steps per epoch every process can take, the batches each rank holds, and what is dropped."""
-    from rvqspec.measure.extract import read_manifest
-
     shards = read_manifest(shard_dir)["shards"]
     if len(shards) < world:
         raise ScaleError(f"{shard_dir}: {len(shards)} shard files for {world} processes; extract with a smaller "
@@ -471,8 +468,6 @@ def train_offsets_distributed(drafter, code_predictor, shard_dir: str | os.PathL
 
     Holds one epoch's batches in memory per process (shards are read once per epoch); fine for
     offsets, where extraction shards are the large part."""
-    from rvqspec.measure.train_drafter import drafter_loss
-
     if accelerator is None:
         from accelerate import Accelerator
 

@@ -15,6 +15,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import tempfile
 import types
 from typing import Any
 
@@ -81,8 +82,6 @@ def _quiet_fds():
     """Send fds 1 and 2 to a temp file during the import: qwen_tts prints a flash-attn banner to
     stdout and `sox` shells out (`sox -h`) and logs "SoX could not be found!" at import time. This
     keeps `rvqspec ... --json` stdout clean; the captured text is replayed on stderr on failure."""
-    import tempfile
-
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]

@@ -33,6 +33,7 @@ Details that keep the replacement exact:
 from __future__ import annotations
 
 import functools
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,15 @@ from typing import Any
 
 import torch
 
+from rvqspec.core.checkpoint import build_from_state_dict
+from rvqspec.core.config import CodePredictorConfig
 from rvqspec.core.defaults import NUM_CODES
+from rvqspec.core.drafters import Drafter, PositionOffsets, load_drafter
+from rvqspec.core.model import MultiCodeDecoder
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
+from rvqspec.real.official import import_official
 
 MARK = "_rvqspec_accelerated"
 NUM_NEW = NUM_CODES  # codes c1..c15 per frame
@@ -111,10 +120,6 @@ def _find_code_predictor(model: Any) -> tuple[Any, Any]:
 def shared_code_predictor(official_cp: Any, talker: Any):
     """Our MultiCodeDecoder whose parameters are the official tensors themselves (no copy), with
     the talker's codec embedding wired as the c0 table."""
-    from rvqspec.core.checkpoint import build_from_state_dict
-    from rvqspec.core.config import CodePredictorConfig
-    from rvqspec.core.model import MultiCodeDecoder
-
     tcfg = talker.config
     raw = tcfg.code_predictor_config
     raw = raw.to_dict() if hasattr(raw, "to_dict") else dict(raw)
@@ -134,8 +139,6 @@ def shared_code_predictor(official_cp: Any, talker: Any):
 
 def _sampling_from_call(gc: Any, do_sample, top_k, top_p, temperature):
     """The HF generate sampling settings: explicit argument, else generation_config, else HF default."""
-    from rvqspec.core.sampling import Sampling
-
     def pick(v, name, default):
         if v is not None:
             return v
@@ -286,8 +289,6 @@ class AcceleratedModel:
 
 
 def _as_drafter(drafter, ours, verify_hash: bool):
-    from rvqspec.core.drafters import Drafter, PositionOffsets, load_drafter
-
     c = ours.config
     if drafter is None:  # seed 000 Table 2 (i): reused LM heads, zero offsets
         d = PositionOffsets.zeros(3, c.hidden_size, c.vocab_size)
@@ -305,8 +306,6 @@ def _as_drafter(drafter, ours, verify_hash: bool):
 
 
 def _as_tree(tree, num_offsets: int):
-    from rvqspec.core.tree import SparseTree
-
     if tree is None:
         return SparseTree.chain(num_offsets)
     if isinstance(tree, SparseTree):
@@ -331,8 +330,6 @@ def accelerate(model: Any, drafter: Any = None, tree: Any = None, *, seed: int |
     seed / generator: draw from a dedicated torch.Generator (see the module docstring); default:
              torch's global generator, as the official code.
     """
-    from rvqspec.core.speculative import SpeculativeCodePredictor
-
     if seed is not None and generator is not None:
         raise AccelerateError("pass seed or generator, not both")
     official_cp, talker = _find_code_predictor(model)
@@ -354,12 +351,9 @@ def load_official_model(path: str | Path, dtype: torch.dtype | None = None, devi
     """`Qwen3TTSForConditionalGeneration` from a local checkpoint directory, *without* its speech
     tokenizer and generation config (the official `from_pretrained` insists on both; the talker and
     code predictor need neither). Raises FileNotFoundError naming the directory."""
-    from rvqspec.real.official import import_official
-
     d = Path(path)
     if not (d / "config.json").is_file():
         raise FileNotFoundError(f"{d}: not a Qwen3-TTS checkpoint directory (no config.json)")
-    import json
 
     M, C = import_official()
     cls = M.Qwen3TTSForConditionalGeneration

@@ -24,10 +24,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 from pathlib import Path
 
+import datasets
 import numpy as np
+import soundfile as sf
 import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from rvqspec.real.official import import_official
 
@@ -47,7 +51,6 @@ def text_tokenizer(vocab_size: int = 400):
     """A Qwen2TokenizerFast trained here: byte-level BPE with Qwen2's pre-tokenizer regex and the
     chat markers as single special tokens. 'assistant' and newline must each be one token: the
     official prompt builder slices the formatted text at fixed token offsets ([:, :3], [:, 3:-5])."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
     pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -178,16 +181,12 @@ def _audio(i: int, seconds: float) -> np.ndarray:
 
 
 def _wav_bytes(a: np.ndarray) -> bytes:
-    import soundfile as sf
-
     buf = io.BytesIO()
     sf.write(buf, a, RATE, format="WAV", subtype="FLOAT")
     return buf.getvalue()
 
 
 def _dataset(columns: dict, seeds: list[int], seconds: list[float], class_labels: dict | None = None):
-    import datasets
-
     feats = {k: datasets.Value("string") if isinstance(v[0], str) else datasets.Value("int64")
              for k, v in columns.items()}
     for k, names in (class_labels or {}).items():
@@ -202,8 +201,6 @@ def _dataset(columns: dict, seeds: list[int], seconds: list[float], class_labels
 def write_tiny_corpora(out: str | os.PathLike, train: int = 24, calibration: int = 8, eval_per_language: int = 2,
                        seconds: tuple[float, float] = (0.6, 1.4)) -> dict:
     """VoxPopuli-, LibriSpeech- and Fleurs-like corpora in their documented layouts (module docstring)."""
-    import datasets
-
     o = Path(out)
     o.mkdir(parents=True, exist_ok=True)
     lo, hi = seconds
@@ -241,8 +238,6 @@ def write_tiny_corpora(out: str | os.PathLike, train: int = 24, calibration: int
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m rvqspec.real.rehearsal DIR`: DIR/model (the checkpoint) and DIR/data (the corpora)."""
-    import sys
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m rvqspec.real.rehearsal DIR", file=sys.stderr)

@@ -37,6 +37,16 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from rvqspec.core.drafters import load_drafter
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
+from rvqspec.measure.metrics import is_character_language, score
+from rvqspec.mini.pipeline import MiniTTS
+from rvqspec.real.datasets import QWEN_LANGUAGE, OfficialTeacherForcer, codec_from_spec, text_ids_from_spec
+from rvqspec.real.distributed import DONE_SUFFIX, ScaleError, placement, unit_name, write_json_atomic
+from rvqspec.real.official_pipeline import _as_drafter, _as_tree, accelerate, load_official_model, shared_code_predictor
+
 SYSTEMS = ("ar", "spec")
 Decoder = Callable[[torch.Tensor], tuple[np.ndarray, int]]   # codes (T, 16) -> (audio (n,), rate)
 
@@ -57,8 +67,6 @@ class EvalConfig:
 def synthesize(model, text_ids: Callable[[str], torch.Tensor], text: str, language: str, seed: int,
                cfg: EvalConfig) -> torch.Tensor:
     """Official `Qwen3TTSForConditionalGeneration.generate` for one utterance -> codes (T, 16)."""
-    from rvqspec.real.datasets import OfficialTeacherForcer, QWEN_LANGUAGE
-
     ids = torch.as_tensor(text_ids(OfficialTeacherForcer.format_text(text))).long().view(1, -1)
     lang = QWEN_LANGUAGE.get(language, language) if cfg.use_language else "auto"
     torch.manual_seed(seed)  # the official sampling (talker and code predictor) draws from the global RNG
@@ -87,8 +95,6 @@ class OfficialSynthesizer:
         self.drafter, self.tree, self.cfg = drafter, tree, cfg
 
     def __call__(self, item, seed: int, system: str) -> Synth:
-        from rvqspec.real.official_pipeline import accelerate
-
         if system == "ar":
             codes = synthesize(self.model, self.text_ids, item.text, item.language, seed, self.cfg)
             calls = 15 * codes.shape[0]  # HF generate: one code-predictor forward per code
@@ -111,18 +117,12 @@ class MiniSynthesizer:
 
     def __init__(self, model_dir, codec_dir, drafter=None, tree=None, cfg: EvalConfig = EvalConfig(),
                  verify_hash: bool = True):
-        from rvqspec.mini.pipeline import MiniTTS
-        from rvqspec.real.official_pipeline import _as_drafter, _as_tree
-        from rvqspec.core.speculative import SpeculativeCodePredictor
-
         self.tts = MiniTTS.load(model_dir=model_dir, codec_dir=codec_dir)
         d = _as_drafter(drafter, self.tts.code_predictor, verify_hash=verify_hash)
         self.spec = SpeculativeCodePredictor(self.tts.code_predictor, d, _as_tree(tree, d.num_offsets))
         self.cfg = cfg
 
     def __call__(self, item, seed: int, system: str) -> Synth:
-        from rvqspec.core.sampling import Sampling
-
         c = self.cfg
         samp = Sampling(c.subtalker_dosample, c.subtalker_top_k, c.subtalker_top_p, c.subtalker_temperature)
         syn = self.tts.synthesize(item.text, item.language, seed=seed, sampling=samp,
@@ -208,8 +208,6 @@ def parse_asr_for(values: Sequence[str]) -> dict[str, str]:
 def table3(records: Sequence[dict]) -> dict:
     """Seed Table 3 rows from per-(item, seed, system) records; errors summed per seed, then the
     per-seed rates averaged (the seed reports WER averaged over ten seeds)."""
-    from rvqspec.measure.metrics import is_character_language, score
-
     langs = sorted({r["language"] for r in records})
     rows, details = [], {}
     for lang in langs:
@@ -249,8 +247,6 @@ def markdown(table: dict) -> str:
 
 def write_table(records: Sequence[dict], out_dir: str | os.PathLike, meta: dict | None = None) -> dict:
     """table3.json (+ records) and table3.md into out_dir, atomically; returns the table."""
-    from rvqspec.real.distributed import write_json_atomic
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t = table3(records)
@@ -272,8 +268,6 @@ def evaluate_unit(tmp_dir: Path, records: list[dict]) -> dict:
 
 def merge_eval(out_dir: str | os.PathLike, n_units: int | None = None, meta: dict | None = None) -> dict:
     """Score the union of every finished unit's records (rvqspec.real.distributed layout)."""
-    from rvqspec.real.distributed import DONE_SUFFIX, ScaleError, unit_name
-
     out = Path(out_dir)
     units = sorted(int(p.name[5:10]) for p in out.glob("unit_*" + DONE_SUFFIX))
     if n_units is not None and len(units) != n_units:
@@ -310,12 +304,6 @@ def official_synthesizer(model_dir: str | os.PathLike, drafter=None, tree=None, 
     tokenizer, audio through its `speech_tokenizer/`, the model on `placement(device, dtype)`,
     speculation through `rvqspec.accelerate`. The frame cap is the checkpoint's
     generation_config.json `max_new_tokens` unless given (the official wrappers do the same)."""
-    from rvqspec.core.drafters import load_drafter
-    from rvqspec.core.tree import SparseTree
-    from rvqspec.real.datasets import codec_from_spec, text_ids_from_spec
-    from rvqspec.real.distributed import placement
-    from rvqspec.real.official_pipeline import load_official_model, shared_code_predictor
-
     d = Path(model_dir)
     dev, dt = placement(device, dtype)
     gen_path = d / "generation_config.json"
@@ -336,8 +324,6 @@ def official_intelligibility(synth: "OfficialSynthesizer", texts: Sequence[str],
                              system: str = "ar") -> dict:
     """`rvqspec wer` on an official checkpoint: every text with every seed of `synth.cfg`, one
     system, scored as `rvqspec.mini.pipeline.intelligibility` scores the mini model (same keys)."""
-    from rvqspec.measure.metrics import score
-
     clips, refs, hyps, frames, calls = [], [], [], 0, 0
     for seed in synth.cfg.seeds:
         for text in texts:

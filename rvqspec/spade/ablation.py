@@ -20,17 +20,24 @@ whose recipe equals another's (37.5% and 50% of a 4-layer talker both keep 2) is
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import torch
+
+from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
 from rvqspec.core.jsonfile import portable_path
 from rvqspec.measure.stats import paired_rate_difference
+from rvqspec.mini.pipeline import MiniTTS, default_data_dir
+from rvqspec.real.asr import load_recognizer
 from rvqspec.spade.distill import DistillConfig
 from rvqspec.spade.evaluate import EvalConfig, evaluate_models, fingerprint, timing_benchmark, write_json
 from rvqspec.spade.experiment import make_student
-from rvqspec.spade.importance import ImportanceConfig, layer_importance, select_by
+from rvqspec.spade.importance import ImportanceConfig, heldout_texts, layer_importance, select_by
 
 RATIOS = (0.75, 0.5, 0.375)     # shares of the teacher's layers kept (the issue's three; seed 001 uses 0.5)
 TERMS = ("logit", "latent", "attn", "emb")  # the KD terms of `distill.kd_terms`, each removable
@@ -120,16 +127,12 @@ def plan(importance: dict, num_layers: int, cfg: AblationConfig) -> dict[str, di
 
 def _recipe_dir(runs: Path, v: dict) -> Path:
     """One folder per recipe, so equal recipes share a student (and its distillation)."""
-    import hashlib
-
     key = json.dumps(dict(keep=v["keep"], distill=asdict(v["distill"]) if v["distill"] else None), sort_keys=True)
     return runs / "students" / f"keep{'-'.join(map(str, v['keep']))}_{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def _link(link: Path, target: Path) -> None:
     """runs/.../variants/<name> -> the recipe's student folder (a stable name for `spade combined`)."""
-    import os
-
     link.parent.mkdir(parents=True, exist_ok=True)
     tmp = link.with_name(f".{link.name}.tmp-link")
     tmp.unlink(missing_ok=True)
@@ -140,13 +143,6 @@ def _link(link: Path, target: Path) -> None:
 def run_ablation(data_dir: str | Path | None = None, runs_dir: str | Path = "runs/spade/ablation",
                  config: AblationConfig = AblationConfig(), progress: bool = True, fresh: bool = False) -> dict:
     """The whole table (see the module docstring); returns the JSON-ready result."""
-    import torch
-
-    from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
-    from rvqspec.mini.pipeline import MiniTTS, default_data_dir
-    from rvqspec.real.asr import load_recognizer
-    from rvqspec.spade.importance import heldout_texts
-
     c = config
     torch.set_num_threads(c.distill.threads)
     data = Path(data_dir or default_data_dir())

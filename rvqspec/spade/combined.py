@@ -17,7 +17,8 @@ from typing import Sequence
 from rvqspec.core.defaults import DRAFTER_PREFERENCE
 from rvqspec.core.jsonfile import portable_path
 from rvqspec.measure.bench_spec import tokens_per_call_from_acceptance
-from rvqspec.spade.evaluate import load_inner, project_variants, timing_benchmark
+from rvqspec.mini.pipeline import MiniTTS
+from rvqspec.spade.evaluate import load_inner, parameters, project_variants, timing_benchmark
 
 PIPELINES = ("teacher / AR", "teacher / speculative", "pruned / AR", "pruned / speculative")
 
@@ -26,9 +27,6 @@ def combined_benchmark(teacher_dir: str | Path, student_dir: str | Path, drafter
                        tree: str | Path | None, texts: Sequence[str], data_dir: str | Path | None = None,
                        language: str = "en", reps: int = 3, seed: int = 0, progress: bool = True) -> dict:
     """Interleaved timing of teacher / pruned talker x AR / speculative code predictor (see module)."""
-    from rvqspec.mini.pipeline import MiniTTS
-    from rvqspec.spade.evaluate import parameters
-
     if not texts:
         raise ValueError("combined_benchmark: no texts to time")
     teacher = MiniTTS.load(data_dir, model_dir=teacher_dir)

@@ -46,8 +46,13 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
+from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
+from rvqspec.core.frame_loop import talker_inputs
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.mini.talker_train import load_split, losses_from_talker, training_batch, validation_loss
+from rvqspec.spade.prune import prune_talker
 from rvqspec.spade.trace import Trace, trace_talker
 
 TARGET_MODES = ("dynamic", "index")
@@ -168,9 +173,6 @@ def distill_losses(student: CodeDecoder, teacher: CodeDecoder, student_cp: Multi
                    codes: torch.Tensor, valid: torch.Tensor, config: DistillConfig,
                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """All loss terms of one batch and their combination 'total' (differentiable in the student)."""
-    from rvqspec.core.frame_loop import talker_inputs
-    from rvqspec.mini.talker_train import losses_from_talker
-
     c = config
     with torch.no_grad():
         t_trace = trace_talker(teacher, talker_inputs(teacher, teacher_cp, text, codes))
@@ -211,11 +213,6 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
 
     Data: `config.split` of the corpus (or the given list of (text, codes, valid) `batches`, cycled,
     for tests). The teacher and the code predictor are never modified."""
-    from tqdm.auto import tqdm
-
-    from rvqspec.mini.talker_train import load_split, training_batch, validation_loss
-    from rvqspec.spade.prune import prune_talker
-
     c = config
     torch.set_num_threads(c.threads)
     keep = [int(i) for i in keep_layers]
@@ -279,8 +276,6 @@ def save_student(student: CodeDecoder, code_predictor: MultiCodeDecoder, teacher
     """Write the student in the official layout (talker with fewer layers + the same code
     predictor), with the teacher's phoneme tokenizer and mini_model.json copied beside it and
     `spade.json` (`info`). Written to a temporary sibling and renamed: nothing half-written."""
-    from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
-
     out = Path(out_dir)
     cfg = replace(teacher_config, talker=copy.deepcopy(student.config))
     model = Qwen3TTS(config=cfg, talker=student, code_predictor=code_predictor)

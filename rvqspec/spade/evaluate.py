@@ -10,6 +10,7 @@ the same for every variant). Audio seconds = frames / frame rate (12.5 Hz, Qwen3
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import os
 import statistics
@@ -20,10 +21,21 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from plotly.subplots import make_subplots
+from tqdm.auto import tqdm
 
+from rvqspec.core.checkpoint import model_hash
+from rvqspec.core.config import CodePredictorConfig, TalkerConfig
 from rvqspec.core.defaults import K
-from rvqspec.core.jsonfile import portable_path
+from rvqspec.core.drafters import PositionOffsets, load_drafter
+from rvqspec.core.jsonfile import portable_path, write_json_atomic
+from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, Rope
 from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
+from rvqspec.mini.pipeline import MiniTTS, intelligibility
+from rvqspec.real.asr import DEFAULT_RECOGNIZER, load_recognizer
+from rvqspec.spade.importance import heldout_texts
 
 FRAME_RATE = 12.5  # Hz: Qwen3-TTS-Tokenizer-12Hz (and the mini codec) emit 12.5 frames per second
 
@@ -119,8 +131,6 @@ def static_memory_bytes(talker, code_predictor, frames: int, dtype_bytes: int = 
 def evaluate_variant(tts, texts: Sequence[str], recognizer, seeds: Sequence[int] = (0, 1), language: str = "en",
                      inner=None, name: str = "", progress: bool = True, sampling: Sampling = Sampling()) -> dict:
     """WER/CER, RTF, per-frame latency split, parameters and memory of one pipeline variant."""
-    from rvqspec.mini.pipeline import intelligibility
-
     timed = TimedInner(inner if inner is not None else tts.code_predictor)
     tts.synthesize(texts[0], language, seed=12345, sampling=sampling, inner=timed, decode=False)  # warm-up
     timed.seconds, timed.frames = 0.0, 0
@@ -145,10 +155,6 @@ def evaluate_variant(tts, texts: Sequence[str], recognizer, seeds: Sequence[int]
 def load_inner(code_predictor, drafter_path: str | Path | None, tree_path: str | Path | None, num_offsets: int = K):
     """A SpeculativeCodePredictor over `code_predictor` with the saved drafter and tree, or (when
     none are given) zero position offsets and a small chain tree. Returns (inner, description)."""
-    from rvqspec.core.drafters import PositionOffsets, load_drafter
-    from rvqspec.core.speculative import SpeculativeCodePredictor
-    from rvqspec.core.tree import SparseTree
-
     c = code_predictor.config
     if drafter_path:
         drafter = load_drafter(drafter_path, code_predictor)
@@ -169,8 +175,6 @@ def load_inner(code_predictor, drafter_path: str | Path | None, tree_path: str |
 def fingerprint(path: str | Path | None) -> str | None:
     """Short sha256 over the files of a directory (or one file): cached results name the exact
     recognizer they were scored with, so a retrained recognizer invalidates them."""
-    import hashlib
-
     if path is None:
         return None
     p = Path(path)
@@ -188,8 +192,6 @@ def timing_benchmark(pipelines: dict, texts: Sequence[str], language: str = "en"
     repetition runs each text through every pipeline in turn, so load from other processes on a
     shared CPU hits all variants alike; the minimum over repetitions is the uncontended estimate.
     Frames per text are the same for every variant (the text stream is frame-aligned)."""
-    from tqdm.auto import tqdm
-
     for name, (tts, inner) in pipelines.items():  # warm-up
         tts.synthesize(texts[0], language, seed=seed, sampling=sampling, inner=TimedInner(inner or tts.code_predictor),
                        decode=False)
@@ -225,12 +227,7 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
     interleaved timing benchmark (`timing_benchmark`) on the first `config.timing_texts` texts.
     Returns dict(config, rows=[...]); a row's `rtf`/`ms_per_frame` come from the benchmark and
     the timings of the WER pass are kept as `*_wer_pass`."""
-    from rvqspec.mini.pipeline import MiniTTS
-    from rvqspec.real.asr import load_recognizer
-    from rvqspec.spade.importance import heldout_texts
-
     texts = heldout_texts(corpus_dir, config.split, config.language, config.texts)
-    from rvqspec.real.asr import DEFAULT_RECOGNIZER
 
     rec_id = fingerprint(recognizer_dir or DEFAULT_RECOGNIZER)
     rec = load_recognizer(recognizer_dir)
@@ -243,7 +240,6 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
             inner, inner_desc = load_inner(tts.code_predictor, drafter, tree)
             pipelines[f"{name} / speculative"] = (tts, inner)
             meta[f"{name} / speculative"] = dict(model=name, model_dir=portable_path(model_dir), inner="speculative")
-    from rvqspec.core.checkpoint import model_hash
 
     rows = []
     for label, (tts, inner) in pipelines.items():
@@ -287,8 +283,6 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
 # ---------------------------------------------------------------------------------------------
 def _random_module(cls, cfg, seed: int = 0):
     """A module with N(0, 0.02) weights and unit norms, built without the slow default init."""
-    from rvqspec.core.model import Rope
-
     with torch.device("meta"):
         m = cls(cfg)
     m = m.to_empty(device="cpu")
@@ -325,11 +319,6 @@ def project_full_size(preset: str = "0.6b", keep_layers: int = 14, context: int 
 
     `tokens_per_call` maps a variant label ('teacher', 'student') to the mini world's tokens per
     call of the speculative code predictor (15 / calls per frame)."""
-    from tqdm.auto import tqdm
-
-    from rvqspec.core.config import CodePredictorConfig, TalkerConfig
-    from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
-
     torch.set_num_threads(threads)
     full = talker_config or TalkerConfig.from_name(preset)  # (configs given: tests on tiny sizes)
     cpc = cp_config or CodePredictorConfig.from_name(preset)
@@ -491,8 +480,6 @@ def projection_table(proj: dict) -> str:
 
 def results_figure(rows: Sequence[dict]):
     """WER/CER and RTF per variant (bars)."""
-    from plotly.subplots import make_subplots
-
     names = [r["name"] for r in rows]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("WER / CER (%), English held-out", "real-time factor (lower = faster)"))
     fig.add_bar(x=names, y=[100 * r["wer"] for r in rows], name="WER", row=1, col=1)
@@ -509,6 +496,4 @@ def results_figure(rows: Sequence[dict]):
 
 def write_json(obj, path: str | Path) -> Path:
     """Write JSON via a temporary file and an atomic rename (numpy scalars as floats)."""
-    from rvqspec.core.jsonfile import write_json_atomic
-
     return write_json_atomic(path, obj, indent=2, default=float)

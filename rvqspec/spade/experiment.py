@@ -17,10 +17,26 @@ import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import torch
+
+from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
 from rvqspec.core.defaults import DRAFTER_PREFERENCE
-from rvqspec.spade.distill import DistillConfig
-from rvqspec.spade.evaluate import EvalConfig
-from rvqspec.spade.importance import ImportanceConfig
+from rvqspec.mini.pipeline import MiniTTS, default_data_dir
+from rvqspec.real.asr import load_recognizer
+from rvqspec.spade.distill import DistillConfig, distill, save_student, student_code_predictor
+from rvqspec.spade.evaluate import (
+    EvalConfig,
+    evaluate_models,
+    fingerprint,
+    markdown_table,
+    project_full_size,
+    project_variants,
+    projection_table,
+    results_figure,
+    write_json,
+)
+from rvqspec.spade.importance import ImportanceConfig, importance_figure, layer_importance
+from rvqspec.spade.prune import default_depth, prune_talker
 
 STUDENT_MAX_BYTES = 3 * 2**20  # keep the SPADE student in data/spade only when this small
 
@@ -67,11 +83,6 @@ def find_drafter_and_tree(data_dir: Path, nodes: int = 16) -> tuple[Path | None,
 def make_student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, corpus: Path, out: Path,
              teacher_dir: Path, fresh: bool, selection: str) -> dict:
     """Make (or reuse) one student checkpoint; cfg None = pruned only."""
-    from rvqspec.core.checkpoint import model_hash
-    from rvqspec.spade.distill import distill, save_student, student_code_predictor
-    from rvqspec.spade.evaluate import write_json
-    from rvqspec.spade.prune import prune_talker
-
     meta = out / "spade.json"
     want = dict(keep_layers=keep, distill=asdict(cfg) if cfg else None, teacher_hash=model_hash(teacher.talker))
     if meta.exists() and not fresh:
@@ -93,22 +104,6 @@ def make_student(name: str, teacher, keep: list[int], cfg: DistillConfig | None,
 
 
 def run_experiment(config: ExperimentConfig = ExperimentConfig(), progress: bool = True) -> dict:
-    import torch
-
-    from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
-    from rvqspec.mini.pipeline import MiniTTS, default_data_dir
-    from rvqspec.real.asr import load_recognizer
-    from rvqspec.spade.evaluate import (
-        evaluate_models,
-        fingerprint,
-        project_full_size,
-        project_variants,
-        results_figure,
-        write_json,
-    )
-    from rvqspec.spade.importance import importance_figure, layer_importance
-    from rvqspec.spade.prune import default_depth
-
     c = config
     torch.set_num_threads(c.distill.threads)
     data = Path(c.data_dir or default_data_dir())
@@ -206,8 +201,6 @@ def run_experiment(config: ExperimentConfig = ExperimentConfig(), progress: bool
 
 def report_markdown(out: dict) -> str:
     """results.md: importance, the main table, the ablations and the full-size projection."""
-    from rvqspec.spade.evaluate import markdown_table, projection_table
-
     imp = out["importance"]
     w = imp["wli"]
     lines = ["# SPADE on the mini talker (seed 001)", "",

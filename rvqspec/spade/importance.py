@@ -20,14 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import datasets
 import numpy as np
 import torch
 import torch.nn.functional as F
+from plotly.subplots import make_subplots
+from tqdm.auto import tqdm
 
+from rvqspec.core.checkpoint import Qwen3TTS
 from rvqspec.core.frame_loop import talker_inputs
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 from rvqspec.core.sampling import Sampling
 from rvqspec.measure.stats import bootstrap_ranking, kendall_tau
+from rvqspec.mini.pipeline import MiniTTS, intelligibility
+from rvqspec.mini.talker_train import load_split, training_batch
 from rvqspec.spade.prune import default_depth, prune_talker, select_layers
 from rvqspec.spade.trace import trace_talker
 
@@ -77,8 +83,6 @@ def random_importance(num_layers: int, generator: torch.Generator) -> list[float
 def cosine_importance_corpus(talker: CodeDecoder, code_predictor: MultiCodeDecoder, corpus_dir: str | Path,
                              config: ImportanceConfig = ImportanceConfig()) -> dict:
     """Cosine importance over the first `cosine_utterances` of `cosine_split` (whole utterances)."""
-    from rvqspec.mini.talker_train import load_split, training_batch
-
     texts, codes = load_split(Path(corpus_dir), config.cosine_split)
     idx = np.arange(min(config.cosine_utterances, len(texts)))
     text, code, valid = training_batch(texts, codes, idx, 10_000, np.random.default_rng(0), talker.config.text_lead)
@@ -90,8 +94,6 @@ def cosine_importance_corpus(talker: CodeDecoder, code_predictor: MultiCodeDecod
 
 def heldout_texts(corpus_dir: str | Path, split: str, language: str = "en", limit: int | None = None) -> list[str]:
     """Texts of one corpus split in one language (the corpus order; first `limit`)."""
-    import datasets
-
     ds = datasets.load_from_disk(str(corpus_dir))
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
@@ -111,9 +113,6 @@ def heldout_texts(corpus_dir: str | Path, split: str, language: str = "en", limi
 
 def with_talker(tts, talker: CodeDecoder, code_predictor: MultiCodeDecoder | None = None):
     """A MiniTTS sharing tokenizer and codec with `tts` but synthesizing with another talker."""
-    from rvqspec.core.checkpoint import Qwen3TTS
-    from rvqspec.mini.pipeline import MiniTTS
-
     m = tts.model
     model = Qwen3TTS(config=dataclasses.replace(m.config, talker=talker.config), talker=talker,
                      code_predictor=code_predictor or m.code_predictor, path=None)
@@ -128,10 +127,6 @@ def wli(tts, texts: Sequence[str], recognizer, seeds: Sequence[int] = (0, 1), la
     Returns dict(baseline={wer, cer}, layers=[{layer, wer, cer, d_wer, d_cer}], scores=[d_wer...],
     clips=...): `clips` keeps the edit counts of every text x seed clip (baseline and each removed
     layer) so `bootstrap_importance` can resample them."""
-    from tqdm.auto import tqdm
-
-    from rvqspec.mini.pipeline import intelligibility
-
     talker = tts.talker
     L = talker.config.num_hidden_layers
     base = intelligibility(tts, texts, language, recognizer, seeds=seeds, sampling=sampling, progress=False)
@@ -232,8 +227,6 @@ def layer_importance(tts, corpus_dir: str | Path, recognizer, config: Importance
 def importance_figure(result: dict):
     """Plotly figure: WLI (WER and CER increase, %) and cosine importance per layer, side by side,
     with the bootstrap 95% intervals as error bars when `result` has them."""
-    from plotly.subplots import make_subplots
-
     w, c = result["wli"], result["cosine"]
     boot = result.get("bootstrap") or {}
 

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from rvqspec.core.model import CodeDecoder
+from rvqspec.core.model import CodeDecoder, Rope
 
 
 def _check_keep(keep_layers: Sequence[int], num_layers: int) -> list[int]:
@@ -50,7 +50,6 @@ def prune_talker(talker: CodeDecoder, keep_layers: Sequence[int]) -> CodeDecoder
         new_sd[name] = sd[src].detach().clone()  # (same shape as in the teacher)
     student.load_state_dict(new_sd, strict=True, assign=True)
     # non-persistent RoPE buffer: rebuild on the real device
-    from rvqspec.core.model import Rope
 
     student.rope = Rope(cfg.head_dim, cfg.rope_theta).to(p.device)
     student.train(talker.training)

@@ -31,7 +31,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+import rvqspec.measure.profile as profile
+from rvqspec.core.checkpoint import model_hash
 from rvqspec.core.defaults import DRAFTER_LABELS, choose_n_star
+from rvqspec.core.drafters import code_predictor_parameters, load_drafter, make_drafter
+from rvqspec.core.frame_loop import teacher_forced_frames
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.core.tree import SparseTree
+from rvqspec.measure.acceptance import acceptance_table, oracle_tokens_per_call, replay_tokens_per_call
+from rvqspec.measure.bench_spec import bench_inner_loop, frames_for_timing
+from rvqspec.measure.extract import ShardDataset, extract
+from rvqspec.measure.lossless import LosslessConfig, lossless_report
+from rvqspec.measure.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
+from rvqspec.mini.bench_stream import SENTENCES, bench_stream
+from rvqspec.mini.pipeline import default_data_dir, intelligibility
+from rvqspec.workbench.listening import make_pairs, wav_bytes
+from rvqspec.workbench.report import render_report
 
 NOT_AVAILABLE = "not available"
 
@@ -121,8 +139,6 @@ class Demo:
         return self.state["tts"]
 
     def data_dir(self) -> Path:
-        from rvqspec.mini.pipeline import default_data_dir
-
         return Path(self.config.data_dir) if self.config.data_dir else default_data_dir()
 
     def corpus(self):
@@ -143,10 +159,6 @@ class Demo:
     def utterances(self, rows: list[dict]):
         """(talker hidden (T, E), codes (T, 16)) per row: the teacher-forced talker over the corpus
         codes (rvqspec.core.frame_loop.teacher_forced_frames), the input of hidden-state extraction."""
-        import torch
-
-        from rvqspec.core.frame_loop import teacher_forced_frames
-
         tts = self.tts()
         for r in rows:
             ids = torch.as_tensor(r["phoneme_frames"], dtype=torch.long)  # (T,)
@@ -168,8 +180,6 @@ class Demo:
         return choose_n_star(speedup, trees or None, self.config.default_N)
 
     def spec(self, drafter: str | None = None, n: int | None = None):
-        from rvqspec.core.speculative import SpeculativeCodePredictor
-
         drafter = drafter or self.config.main_drafter
         n = n or self.main_n()
         if drafter not in self.state.get("drafters", {}) or n not in self.state.get("trees", {}).get(drafter, {}):
@@ -179,8 +189,6 @@ class Demo:
 
     # ---- running ---------------------------------------------------------------------------------
     def run(self, steps: list[Step] | None = None) -> dict:
-        import torch
-
         cfg = self.config
         torch.set_num_threads(cfg.threads)
         steps = steps if steps is not None else STEPS
@@ -190,7 +198,6 @@ class Demo:
         self.results["meta"] = {"mode": cfg.mode, "device": f"torch-cpu ({platform.processor() or platform.machine()}, "
                                                            f"{cfg.threads} threads)",
                                 "torch": torch.__version__, "python": platform.python_version()}
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), transient=False) as bar:
@@ -248,8 +255,6 @@ class Demo:
 
 # ---- steps -----------------------------------------------------------------------------------------
 def step_extract(d: Demo) -> dict:
-    from rvqspec.measure.extract import extract
-
     cfg = d.config
     cp = d.tts().code_predictor
     out = {}
@@ -268,8 +273,6 @@ def step_extract(d: Demo) -> dict:
 def _cached_manifest(d: Demo, shard_dir: Path, key: dict) -> Path | None:
     """The manifest of shards already extracted from the same model with the same `key` (split,
     language, utterance count, source), so that notebooks run one after another share their work."""
-    from rvqspec.core.checkpoint import model_hash
-
     path = shard_dir / "manifest.json"
     if not path.is_file():
         return None
@@ -290,10 +293,6 @@ def _train_key(d: Demo, name: str) -> dict:
 
 
 def step_train(d: Demo) -> dict:
-    from rvqspec.core.drafters import code_predictor_parameters, load_drafter, make_drafter
-    from rvqspec.measure.extract import ShardDataset
-    from rvqspec.measure.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
-
     cfg = d.config
     cp = d.tts().code_predictor
     drafters, curves, val = {}, {}, {}
@@ -330,10 +329,6 @@ def step_train(d: Demo) -> dict:
 def _free_running(d: Demo, split: str, language: str, n: int, tag: str) -> Path:
     """Free-running hidden-state shards (the code predictor samples its own c1..c15 under the
     deployed sampling; seed §3.3 measures acceptance on free-running synthesis)."""
-    import torch
-
-    from rvqspec.measure.extract import extract
-
     key = f"fr_{tag}"
     if key not in d.state:
         shard_dir = d.work / f"shards_{tag}"
@@ -348,10 +343,6 @@ def _free_running(d: Demo, split: str, language: str, n: int, tag: str) -> Path:
 
 
 def step_trees(d: Demo) -> dict:
-    from rvqspec.measure.acceptance import acceptance_table
-    from rvqspec.measure.extract import ShardDataset
-    from rvqspec.core.tree import SparseTree
-
     cfg = d.config
     cp = d.tts().code_predictor
     shards = _free_running(d, "calibration", "en", cfg.calibration_utterances, "calibration")
@@ -373,9 +364,6 @@ def step_trees(d: Demo) -> dict:
 
 
 def step_acceptance(d: Demo) -> dict:
-    from rvqspec.measure.acceptance import oracle_tokens_per_call, replay_tokens_per_call
-    from rvqspec.measure.extract import ShardDataset
-
     cfg = d.config
     cp = d.tts().code_predictor
     per_lang: dict = {}
@@ -400,8 +388,6 @@ def step_acceptance(d: Demo) -> dict:
 
 
 def step_profile(d: Demo) -> dict:
-    import rvqspec.measure.profile as profile  # latency per N and N* on this device
-
     prof = _run_profile(d, profile)
     k = prof["budgets"].index(prof["best_N"])
     note = (f"AR call {prof['ar_ms']:.2f} ms; N* = {prof['best_N']} (verify {prof['verify_ms'][k]:.2f} ms, "
@@ -439,8 +425,6 @@ def _run_profile(d: Demo, profile) -> dict:
 def step_wallclock(d: Demo) -> dict:
     """Inner-loop wall clock per drafter at the operating N: AR `generate_frame` and the speculative
     decoder alternate frame by frame on the same English eval frames (rvqspec.measure.bench_spec)."""
-    from rvqspec.measure.bench_spec import bench_inner_loop, frames_for_timing
-
     cfg = d.config
     n = d.main_n()
     frames = frames_for_timing(d.utterances(d.rows("eval", "en", max(1, cfg.eval_utterances))), cfg.wallclock_frames)
@@ -461,8 +445,6 @@ def step_wallclock(d: Demo) -> dict:
 def step_stream(d: Demo) -> dict:
     """Streamed synthesis of the benchmark sentences, AR and speculative interleaved: time to first
     audio, real-time factor and model calls per second of audio (the seed's real-time budget)."""
-    from rvqspec.mini.bench_stream import SENTENCES, bench_stream
-
     cfg = d.config
     b = bench_stream(d.tts(), d.spec(), sentences=SENTENCES[:cfg.stream_sentences], repeats=cfg.stream_repeats,
                      seed=cfg.seed, progress=False)
@@ -497,8 +479,6 @@ def _table2(d: Demo) -> list[dict]:
 
 
 def step_wer(d: Demo) -> dict:
-    from rvqspec.mini.pipeline import intelligibility
-
     cfg = d.config
     tts, rec = d.tts(), d.recognizer()
     spec = d.spec()
@@ -521,8 +501,6 @@ def step_wer(d: Demo) -> dict:
 
 
 def step_ab(d: Demo) -> dict:
-    from rvqspec.workbench.listening import make_pairs, wav_bytes
-
     cfg = d.config
     items = [(d.rows("eval", lang, 1)[0]["text"], lang) for lang in cfg.ab_languages if lang in cfg.languages]
     pairs = make_pairs(d.tts(), items, seeds=cfg.ab_seeds, inner=d.spec(), recognizer=d.recognizer())
@@ -543,9 +521,6 @@ def step_ab(d: Demo) -> dict:
 def step_lossless(d: Demo) -> dict:
     """The main decoder on one English eval frame context: its codes against the exact AR law of
     (c1, c2) and c3 and against AR frames for every code; the always-accept and full-p rules must fail."""
-    from rvqspec.measure.lossless import LosslessConfig, lossless_report
-    from rvqspec.core.speculative import SpeculativeCodePredictor
-
     cfg = d.config
     cp = d.tts().code_predictor
     trees = d.state.get("trees", {}).get(cfg.main_drafter, {})
@@ -600,8 +575,6 @@ def notebook_config(data_dir: str | None = None, out_dir: str = "runs/nb", n_utt
 
 def run_demo(config: DemoConfig = DemoConfig(), log: Callable[[str], None] = print) -> tuple[dict, Path]:
     """Run every step and write the report; returns (results, path of index.html)."""
-    from rvqspec.workbench.report import render_report
-
     demo = Demo(config=config, log=log)
     results = demo.run()
     if "drafters" not in results and demo.state.get("per_language_tpc"):

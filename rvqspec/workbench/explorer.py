@@ -24,8 +24,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import torch
 
 from rvqspec.core.defaults import NUM_CODES, K
+from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
 
 # mask_matrix cell codes and their colours (grey hidden, blue attends as in Figure 2, orange
@@ -204,10 +207,6 @@ class Round:
 def record_rounds(spec, frames: Sequence[tuple], sampling=None, seed: int = 0) -> list[Round]:
     """Run the speculative decoder over frames [(talker_hidden (1, 1, E), c0 (1, 1)), ...] with an
     explicit generator; every round the callback reports becomes a `Round`."""
-    import torch
-
-    from rvqspec.core.sampling import Sampling
-
     sampling = sampling or Sampling()
     g = torch.Generator().manual_seed(seed)
     rounds: list[Round] = []
@@ -341,8 +340,6 @@ class TreeMaskExplorer:
 
     def decode(self) -> list[Round]:
         """Decode `frames` with the chosen drafter and tree; returns and keeps the rounds."""
-        from rvqspec.core.speculative import SpeculativeCodePredictor
-
         if self.code_predictor is None or not self.frames:
             self.rounds = []
             return self.rounds

@@ -22,6 +22,14 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import soundfile as sf
+from plotly.subplots import make_subplots
+from scipy.stats import binomtest
+from tqdm.auto import tqdm
+
+from rvqspec.core.sampling import Sampling
+from rvqspec.measure.metrics import score
+from rvqspec.mini.codec import reference_log_mel_db
 
 AR, SPEC = "AR", "speculative"
 
@@ -69,8 +77,6 @@ def clip_from_synthesis(label: str, syn) -> Clip:
 
 def score_clip(clip: Clip, recognizer) -> Clip:
     """Transcribe and score one clip in place (WER and CER, rvqspec.measure.metrics.score)."""
-    from rvqspec.measure.metrics import score
-
     clip.hypothesis = recognizer.transcribe([clip.audio], clip.sample_rate, clip.language)[0]
     s = score([clip.text], [clip.hypothesis], clip.language)
     clip.wer, clip.cer = float(s["wer"]), float(s["cer"])
@@ -84,10 +90,6 @@ def make_pairs(tts, items: Sequence[tuple[str, str]], seeds: Sequence[int], inne
     `tts` is a `MiniTTS` (anything with `.synthesize(text, language, seed=, sampling=, inner=)`),
     `inner` the speculative frame completer; both decoders get the same seed (the same generator
     state at the start), which is the fair comparison: equal in distribution, not sample by sample."""
-    from tqdm.auto import tqdm
-
-    from rvqspec.core.sampling import Sampling
-
     if inner is None:
         raise ValueError("make_pairs needs the speculative inner loop (inner=SpeculativeCodePredictor(...))")
     if not items or not seeds:
@@ -119,8 +121,6 @@ def pairs_table(pairs: Sequence[ABPair]) -> list[dict]:
 # ---- audio and spectrograms --------------------------------------------------------------------
 def wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
     """16-bit PCM WAV bytes (what <audio> elements and data URIs play everywhere)."""
-    import soundfile as sf
-
     audio = np.asarray(audio, dtype=np.float32)
     if audio.ndim != 1 or audio.size == 0:
         raise ValueError(f"audio must be a non-empty 1-D array, got shape {audio.shape}")
@@ -132,8 +132,6 @@ def wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
 def log_mel_db(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """(frames, 80) log-mel in dB, 10 ms hop: the codec module's fixed reference analysis, so the
     spectrograms here match the codec quality numbers."""
-    from rvqspec.mini.codec import reference_log_mel_db
-
     return reference_log_mel_db(np.asarray(audio, dtype=np.float32), sample_rate).numpy()
 
 
@@ -151,8 +149,6 @@ def spectrogram_figure(clip: Clip, title: str | None = None, height: int = 260) 
 
 def ab_figure(pair: ABPair, labels: tuple[str, str] | None = None, height: int = 300) -> go.Figure:
     """Both log-mel spectrograms side by side on one colour scale."""
-    from plotly.subplots import make_subplots
-
     a, b = log_mel_db(pair.ar.audio, pair.ar.sample_rate), log_mel_db(pair.spec.audio, pair.spec.sample_rate)
     lo, hi = float(min(a.min(), b.min())), float(max(a.max(), b.max()))
     labels = labels or (f"{AR} ({pair.ar.tokens_per_call:.2f} tok/call)",
@@ -228,8 +224,6 @@ class BlindTest:
         """Answered trials, accuracy, and the two-sided binomial p-value against chance (0.5): a
         small p-value means listeners can tell the decoders apart, which losslessness says they
         cannot beyond chance."""
-        from scipy.stats import binomtest
-
         n = len(self.picks)
         k = sum(p.correct for p in self.picks.values())
         return {"trials": len(self.pairs), "answered": n, "correct": k,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import plotly.graph_objects as go
+
 
 def _get(p, key):
     return (p if isinstance(p, dict) else getattr(p, "raw", {})).get(key)
@@ -13,8 +15,6 @@ def figure4(profiles, acceptance: dict | None = None, title: str | None = None):
 
     profiles: device profile dicts (or `DeviceProfile`s) from `rvqspec.measure.profile`; acceptance: tokens
     per call by N for the grey dashed ceiling (seed 000 Figure 4); default: the first profile's."""
-    import plotly.graph_objects as go
-
     if not profiles:
         raise ValueError("figure4 needs at least one device profile")
     fig = go.Figure()
@@ -69,8 +69,6 @@ def stream_timeline(bench: dict, title: str | None = None):
     """One streamed sentence (`rvqspec bench stream` JSON, key "timeline"): for AR and speculative
     decoding, when each chunk was ready against when playback needs it. A point above its dashed
     line is an underrun (the listener hears a gap)."""
-    import plotly.graph_objects as go
-
     tl = bench.get("timeline") or {}
     if not tl:
         raise ValueError("stream_timeline: the bench result has no 'timeline' (run `rvqspec bench stream`)")
@@ -95,8 +93,6 @@ def calls_budget(bench: dict, title: str | None = None):
     """Sequential model calls per second of audio (talker + code predictor, stacked) next to the
     seed's real-time budget, 200 (AR) -> 88 (speculative, 2.47 tokens per call; seed 000 §1): the
     seed's figures, the measured mini streams, and the full-size projections when present."""
-    import plotly.graph_objects as go
-
     seed = bench.get("seed_calls_per_audio_s", {"ar": 200.0, "spec": 88.0})
     bars = [("seed 000 AR", 12.5, seed["ar"] - 12.5), ("seed 000 spec", 12.5, seed["spec"] - 12.5)]
     for mode in ("ar", "spec"):

@@ -25,15 +25,21 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import gzip
 import html
+import io
 import json
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.offline
+import soundfile as sf
 
 from rvqspec.core.jsonfile import atomic_path, write_json_atomic
+from rvqspec.workbench.listening import ABPair, Clip, ab_figure
+from rvqspec.workbench.notebook_results import to_jsonable
 
 NOT_AVAILABLE = "not available"
 
@@ -109,10 +115,6 @@ _LOADER = """
 
 def page_scripts() -> str:
     """The compressed plotly.js and the loader that draws every figure of the page."""
-    import gzip
-
-    import plotly.offline
-
     packed = base64.b64encode(gzip.compress(plotly.offline.get_plotlyjs().encode("utf-8"), 9, mtime=0))
     return (f'<script id="plotly-gz" type="application/octet-stream">{packed.decode("ascii")}</script>'
             f"<script>{_LOADER}</script>")
@@ -121,10 +123,6 @@ def page_scripts() -> str:
 def audio_bytes(audio: np.ndarray, rate: int) -> bytes:
     """MP3 (libsndfile's LAME encoder) of a mono clip: about a tenth of 16-bit PCM, and every
     browser plays it."""
-    import io
-
-    import soundfile as sf
-
     buf = io.BytesIO()
     sf.write(buf, np.asarray(audio, dtype=np.float32), int(rate), format="MP3", subtype="MPEG_LAYER_III")
     return buf.getvalue()
@@ -326,8 +324,6 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     dict; returns the HTML path.
 
     WAV paths in results['ab'] are relative to `audio_root` (default `out_dir`) and must stay inside it."""
-    from rvqspec.workbench.notebook_results import to_jsonable
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     audio_root = Path(audio_root) if audio_root else out_dir
@@ -484,8 +480,8 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     trees = results.get("trees") or {}
     table = (results.get("acceptance") or {}).get("table") or {}
     if trees:
-        from rvqspec.workbench.explorer import mask_figure, tree_figure
         from rvqspec.core.tree import SparseTree
+        from rvqspec.workbench.explorer import mask_figure, tree_figure
 
         parts.append("<section id='trees'><h2>Sparse trees (seed Figure 2)</h2>")
         # the first (main) drafter's trees: the smallest and the largest N side by side with their
@@ -527,10 +523,6 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
 
 
 def _ab_section(items: Iterable[dict], audio_root: Path) -> str:
-    import soundfile as sf
-
-    from rvqspec.workbench.listening import ABPair, Clip, ab_figure
-
     out = []
     for k, item in enumerate(items):
         clips = []
