@@ -8,7 +8,9 @@ never skips; locally the test skips only when chromium is absent.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -91,8 +93,11 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     from playwright import sync_api  # in the dev extra: missing it is a failure, not a skip
     errors: list[str] = []
     with sync_api.sync_playwright() as p:
+        # Chromium puts its singleton socket under TMPDIR, and a Unix socket path has at most 107
+        # characters: a long TMPDIR (as pytest's may be) must not decide whether the page renders
+        sock_dir = tempfile.mkdtemp(prefix="rq-", dir="/tmp" if os.path.isdir("/tmp") else None)
         ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
-                                                   headless=True, args=ARGS)
+                                                   headless=True, args=ARGS, env={**os.environ, "TMPDIR": sock_dir})
         try:
             page = ctx.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -126,4 +131,5 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
             assert shot.stat().st_size > 10_000
         finally:
             ctx.close()
+            shutil.rmtree(sock_dir, ignore_errors=True)
     assert not errors, f"JavaScript errors on the page: {errors}"
