@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rvqspec.core.model import KVCache, MultiCodeDecoder, _param_dtype_device, decoder_stack, rms_norm
+from rvqspec.core.model import KVCache, MultiCodeDecoder, param_dtype_device, decoder_stack, rms_norm
 from rvqspec.core.sampling import Sampling
 
 
@@ -49,7 +49,7 @@ class _Backbone(nn.Module):
         self.proj = cp.small_to_mtp_projection
         self.layers = cp.model.layers
         self.norm = cp.model.norm
-        self.dims = cp._dims
+        self.dims = cp.stack_dims
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
                 slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -109,7 +109,7 @@ class CompiledCodePredictor:
         if st is None:
             cp = self.code_predictor
             n = cp.config.num_code_groups
-            base = cp._frame_buffers(batch, dtype, device)  # the eager loop's cos/sin/mask/slots
+            base = cp.frame_buffers(batch, dtype, device)  # the eager loop's cos/sin/mask/slots
             cos, sin, mask, slots = base["cos"], base["sin"], base["mask"], base["slots"]
             # per-call inputs as separate contiguous tensors (no views at varying offsets); an own
             # cache, so the eager and the compiled loop never share state
@@ -126,7 +126,7 @@ class CompiledCodePredictor:
         """One compiled q=1 call: x (B, 1, E) embedded at `position` (2..15; its k/v written to that
         slot) -> logits (B, V) of LM head position-1. The unit the benchmark times."""
         cp = self.code_predictor
-        dtype, device = _param_dtype_device(cp)
+        dtype, device = param_dtype_device(cp)
         st = self._buffers(x.shape[0], dtype, device)
         h = self._backbone(x.to(dtype), *st["step"][position], st["cache"].k, st["cache"].v)[:, 0]  # (B, H)
         return F.linear(h, cp.lm_head[position - 1].weight)
@@ -137,7 +137,7 @@ class CompiledCodePredictor:
         """c1..c15 (B, 15) long, exactly the AR recipe of `MultiCodeDecoder.generate_frame`
         (`MultiCodeDecoder.ar_frame` around the compiled stack)."""
         cp = self.code_predictor
-        dtype, device = _param_dtype_device(cp)
+        dtype, device = param_dtype_device(cp)
         st = self._buffers(talker_hidden.shape[0], dtype, device)
         k, v = st["cache"].k, st["cache"].v
         with self._backbone.options():  # one context for the whole frame (the calls re-enter it cheaply)

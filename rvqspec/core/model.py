@@ -265,7 +265,7 @@ def _stack_dims(cfg: CodePredictorConfig | TalkerConfig) -> tuple[int, int, int,
             cfg.rms_norm_eps)
 
 
-def _param_dtype_device(module: nn.Module) -> tuple[torch.dtype, torch.device]:
+def param_dtype_device(module: nn.Module) -> tuple[torch.dtype, torch.device]:
     p = next(module.parameters())
     return p.dtype, p.device
 
@@ -322,7 +322,7 @@ class MultiCodeDecoder(nn.Module):
         self.small_to_mtp_projection = (nn.Linear(config.talker_hidden_size, config.hidden_size, bias=True)
                                         if config.has_projection else nn.Identity())
         self.rope = Rope(config.head_dim, config.rope_theta)
-        self._dims = _stack_dims(config)
+        self.stack_dims = _stack_dims(config)  # (kv heads, query groups, head dim, rms eps) of decoder_stack
         # The c0 table is the *talker's* codec embedding: referenced, never registered (so that the
         # state_dict keys stay the official ones); the loader wires it with set_c0_embedding.
         object.__setattr__(self, "_c0_embedding", None)
@@ -345,7 +345,7 @@ class MultiCodeDecoder(nn.Module):
 
     def new_cache(self, batch: int, max_len: int | None = None, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:
-        pdtype, pdevice = _param_dtype_device(self)
+        pdtype, pdevice = param_dtype_device(self)
         c = self.config
         return KVCache.empty(c.num_hidden_layers, batch, c.num_key_value_heads, max_len or c.num_code_groups,
                              c.head_dim, dtype or pdtype, device or pdevice)
@@ -406,12 +406,12 @@ class MultiCodeDecoder(nn.Module):
         x = self.small_to_mtp_projection(inputs_embeds)  # (B, q, H)
         cos, sin = self.rope(positions, x.dtype)
         mask = None if attn_mask is None else attn_mask.to(x.dtype)
-        x = decoder_stack(self.model.layers, x, cos, sin, cache, slots, mask, *self._dims, kv_len=kv_len)
+        x = decoder_stack(self.model.layers, x, cos, sin, cache, slots, mask, *self.stack_dims, kv_len=kv_len)
         hidden = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)  # (B, q, H)
         return hidden, (None if heads is None else self.lm_logits(hidden, heads))
 
     # ---- AR baseline ---------------------------------------------------------------------------
-    def _frame_buffers(self, batch: int, dtype: torch.dtype, device: torch.device) -> dict:
+    def frame_buffers(self, batch: int, dtype: torch.dtype, device: torch.device) -> dict:
         """Per (B, dtype, device): a static cache of num_code_groups slots, cos/sin of positions
         0..15, the causal mask rows and slot indices, all made once and reused by every frame."""
         key = (batch, dtype, device)
@@ -432,19 +432,19 @@ class MultiCodeDecoder(nn.Module):
         """Autoregressive c1..c15 (B, 15) long: prefill [h_talker, emb(c0)] (q=2), then 14 single
         steps on a static cache of 16 slots. Matches the official `code_predictor.generate`."""
         B = talker_hidden.shape[0]
-        dtype, device = _param_dtype_device(self)
-        st = self._frame_buffers(B, dtype, device)
+        dtype, device = param_dtype_device(self)
+        st = self.frame_buffers(B, dtype, device)
         cache, cos, sin, mask = st["cache"], st["cos"], st["sin"], st["mask"]
         layers, norm_w, eps = self.model.layers, self.model.norm.weight, self.config.rms_norm_eps
 
         def prefill(x: torch.Tensor) -> torch.Tensor:  # (B, 2, E) at positions 0, 1 -> (B, H)
             x = decoder_stack(layers, self.small_to_mtp_projection(x), cos[:, :, :2], sin[:, :, :2], cache,
-                              st["prefill_slots"], mask[:, :, :2], *self._dims, kv_len=2)
+                              st["prefill_slots"], mask[:, :, :2], *self.stack_dims, kv_len=2)
             return rms_norm(x[:, -1], norm_w, eps)
 
         def step(x: torch.Tensor, p: int) -> torch.Tensor:  # (B, 1, E) at position p -> (B, H)
             x = decoder_stack(layers, self.small_to_mtp_projection(x), cos[:, :, p:p + 1], sin[:, :, p:p + 1],
-                              cache, st["slots"][p], None, *self._dims, kv_len=p + 1)  # sees all p+1 filled slots
+                              cache, st["slots"][p], None, *self.stack_dims, kv_len=p + 1)  # sees all p+1 filled slots
             return rms_norm(x[:, 0], norm_w, eps)
 
         return self.ar_frame(talker_hidden, c0, sampling, generator, prefill, step)
@@ -506,11 +506,11 @@ class CodeDecoder(nn.Module):
         self.text_projection = _ResizeMLP(config.text_hidden_size, config.text_hidden_size, config.hidden_size)
         self.codec_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rope = Rope(config.head_dim, config.rope_theta)
-        self._dims = _stack_dims(config)
+        self.stack_dims = _stack_dims(config)  # (kv heads, query groups, head dim, rms eps) of decoder_stack
 
     def new_cache(self, batch: int, max_len: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:
-        pdtype, pdevice = _param_dtype_device(self)
+        pdtype, pdevice = param_dtype_device(self)
         c = self.config
         return KVCache.empty(c.num_hidden_layers, batch, c.num_key_value_heads, max_len, c.head_dim,
                              dtype or pdtype, device or pdevice)
@@ -525,7 +525,7 @@ class CodeDecoder(nn.Module):
         x = inputs_embeds
         cos, sin = self.rope(positions, x.dtype)
         mask = None if attn_mask is None else attn_mask.to(x.dtype)
-        x = decoder_stack(self.model.layers, x, cos, sin, cache, slots, mask, *self._dims, kv_len=kv_len)
+        x = decoder_stack(self.model.layers, x, cos, sin, cache, slots, mask, *self.stack_dims, kv_len=kv_len)
         hidden = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
         return hidden, (F.linear(hidden, self.codec_head.weight) if logits else None)
 

@@ -113,8 +113,7 @@ class SpeculativeCodePredictor:
             raise TreeError(f"tree path {list(bad)} has rank {max(bad)} but the code predictor has only "
                             f"{vocab} codes (ranks 0..{vocab - 1})")
         self.num_codes = code_predictor.config.num_code_groups - 1  # 15
-        c = code_predictor.config
-        self._dims = (c.num_key_value_heads, c.num_attention_heads // c.num_key_value_heads, c.head_dim, c.rms_norm_eps)
+        self._dims = code_predictor.stack_dims
         self._plans: dict = {}
         self._state: dict = {}
         self.last_cache = None        # the cache after the last frame (tests inspect compaction)

@@ -288,7 +288,7 @@ class AcceleratedModel:
         return GenerateDecoderOnlyOutput(sequences=codes.clone().to(inputs_embeds.device))
 
 
-def _as_drafter(drafter, ours, verify_hash: bool):
+def as_drafter(drafter, ours, verify_hash: bool):
     c = ours.config
     if drafter is None:  # seed 000 Table 2 (i): reused LM heads, zero offsets
         d = PositionOffsets.zeros(3, c.hidden_size, c.vocab_size)
@@ -305,7 +305,7 @@ def _as_drafter(drafter, ours, verify_hash: bool):
     return d.to(device=p.device).eval()
 
 
-def _as_tree(tree, num_offsets: int):
+def as_tree(tree, num_offsets: int):
     if tree is None:
         return SparseTree.chain(num_offsets)
     if isinstance(tree, SparseTree):
@@ -337,8 +337,8 @@ def accelerate(model: Any, drafter: Any = None, tree: Any = None, *, seed: int |
         raise AccelerateError("accelerate: this model is already accelerated; call .restore() on the existing "
                               "handle first")
     ours = shared_code_predictor(official_cp, talker)
-    d = _as_drafter(drafter, ours, verify_hash)
-    t = _as_tree(tree, d.num_offsets)
+    d = as_drafter(drafter, ours, verify_hash)
+    t = as_tree(tree, d.num_offsets)
     spec = SpeculativeCodePredictor(ours, d, t)
     if seed is not None:
         generator = torch.Generator(device=next(ours.parameters()).device).manual_seed(int(seed))

@@ -45,7 +45,7 @@ from rvqspec.measure.metrics import is_character_language, score
 from rvqspec.mini.pipeline import MiniTTS
 from rvqspec.real.datasets import QWEN_LANGUAGE, OfficialTeacherForcer, codec_from_spec, text_ids_from_spec
 from rvqspec.real.distributed import DONE_SUFFIX, ScaleError, placement, unit_name, write_json_atomic
-from rvqspec.real.official_pipeline import _as_drafter, _as_tree, accelerate, load_official_model, shared_code_predictor
+from rvqspec.real.official_pipeline import as_drafter, as_tree, accelerate, load_official_model, shared_code_predictor
 
 SYSTEMS = ("ar", "spec")
 Decoder = Callable[[torch.Tensor], tuple[np.ndarray, int]]   # codes (T, 16) -> (audio (n,), rate)
@@ -118,8 +118,8 @@ class MiniSynthesizer:
     def __init__(self, model_dir, codec_dir, drafter=None, tree=None, cfg: EvalConfig = EvalConfig(),
                  verify_hash: bool = True):
         self.tts = MiniTTS.load(model_dir=model_dir, codec_dir=codec_dir)
-        d = _as_drafter(drafter, self.tts.code_predictor, verify_hash=verify_hash)
-        self.spec = SpeculativeCodePredictor(self.tts.code_predictor, d, _as_tree(tree, d.num_offsets))
+        d = as_drafter(drafter, self.tts.code_predictor, verify_hash=verify_hash)
+        self.spec = SpeculativeCodePredictor(self.tts.code_predictor, d, as_tree(tree, d.num_offsets))
         self.cfg = cfg
 
     def __call__(self, item, seed: int, system: str) -> Synth:
