@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -55,6 +56,27 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(directory: str | os.PathLike) -> Iterator[Path]:
+    """A temporary folder next to `directory` for a writer of several files; on a clean exit its
+    files become 0644, the folder 0755, and it replaces `directory`; on an error it is removed."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp"))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; artifact folders are committed and shared
+        yield tmp
+        for f in tmp.iterdir():
+            if f.is_file():
+                os.chmod(f, 0o644)
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
@@ -39,6 +37,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from rvqspec.core.jsonfile import atomic_dir
 from rvqspec.mini.phonemes import num_frames
 
 FORMAT = "rvqspec-mini-codec"
@@ -443,10 +442,7 @@ class RVQCodec:
         """Write codec.safetensors + codec_config.json into `directory` atomically (temp dir, rename)."""
         self._check_fitted()
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp"))
-        try:
-            os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the codec directory is committed and shared
+        with atomic_dir(directory) as tmp:
             tensors = {"codebooks": self.codebooks.contiguous(), "mean": self.mean.contiguous(),
                        "std": self.std.contiguous()}
             if self.config.rate_lambda > 0:  # plain k-means codecs keep their two-tensor layout
@@ -456,14 +452,6 @@ class RVQCodec:
             if extra:
                 meta.update(extra)
             (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2))
-            for f in (WEIGHTS_FILE, CONFIG_FILE):
-                os.chmod(tmp / f, 0o644)
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.replace(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return directory
 
     @classmethod

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Sequence
@@ -40,6 +38,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from rvqspec.core.jsonfile import atomic_dir
 from rvqspec.mini.codec import CONFIG_FILE, WEIGHTS_FILE, CodecConfig, CodecError, RVQCodec
 
 FORMAT = "rvqspec-mini-learned-codec"
@@ -249,20 +248,11 @@ class LearnedCodec(nn.Module):
     def save(self, directory: str | os.PathLike, extra: dict | None = None) -> Path:
         self._check()
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp"))
-        try:
-            os.chmod(tmp, 0o755)
+        with atomic_dir(directory) as tmp:
             save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(tmp / WEIGHTS_FILE))
             meta = {"format": FORMAT, "version": FORMAT_VERSION, "config": asdict(self.config)}
             meta.update(extra or {})
             (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2))
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.replace(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return directory
 
     @classmethod
