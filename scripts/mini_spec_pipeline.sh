@@ -15,7 +15,10 @@ for k in offsets per_position low_rank medusa shared_low_rank; do
   $RV spec train --model "$M" --shards "$R/tf_train" --kind $k --out "$D/drafters/$k.safetensors" --loss-out "$R/loss_$k.json"
 done
 $RV spec calibrate --model "$M" --shards "$R/fr_calib" --out "$D/trees/acceptance_reused.json"
-$RV spec calibrate --model "$M" --shards "$R/fr_calib" --drafter "$D/drafters/offsets.safetensors" --out "$D/trees/acceptance_offsets.json"
-for n in 4 8 16 32 64; do
-  $RV spec grow-tree --acceptance "$D/trees/acceptance_offsets.json" --budget $n --out "$D/trees/offsets_n$n.json"
+# trees of the seed's method (offsets), of Medusa (the strongest drafter on the mini world) and of ours
+for k in offsets medusa shared_low_rank; do
+  $RV spec calibrate --model "$M" --shards "$R/fr_calib" --drafter "$D/drafters/$k.safetensors" --out "$D/trees/acceptance_$k.json"
+  for n in 4 8 16 32 64; do
+    $RV spec grow-tree --acceptance "$D/trees/acceptance_$k.json" --budget $n --out "$D/trees/${k}_n$n.json"
+  done
 done

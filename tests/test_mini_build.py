@@ -127,7 +127,7 @@ def test_committed_artifacts_match_manifest():
         pytest.skip("data/mini/manifest.json does not exist yet (run: rvqspec mini build)")
     manifest = verify_artifacts(data)
     assert manifest["toy"] is False
-    assert manifest["total_bytes"] < 50e6  # the whole data/ budget
+    assert manifest["total_bytes"] < 80e6  # the whole data/ budget (issue 14: data/ <= 80 MB)
     data_corpus = load_corpus(data / "corpus", need_codes=True)
     assert len(data_corpus["eval"]) > 0
 

@@ -6,7 +6,8 @@ Steps (issue 3):
 - codec: fit the RVQ codec (codec.py) on model_train audio, encode every clip (codes column in both
   corpus copies), measure quality on the held-out eval split; writes runs/mini/CORPUS_READY.
 - recognizer: `rvqspec.mini.recognizer.train_recognizer(corpus_dir, codec_dir, out_dir, config)`.
-- model: `rvqspec.mini.talker_train.train_mini_model(corpus_dir, codec_dir, out_dir, toy=...)`.
+- model: `rvqspec.mini.talker_train.train_mini_model(corpus_dir, codec_dir, out_dir, toy=...)`; with
+  `parallel` (the default) the recognizer trains in a second process beside it, one core each.
 
 The manifest keeps, per step, its config, timing and results, and for every file under data/mini its
 size and sha256; `verify_artifacts` checks both.
@@ -17,8 +18,10 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -57,6 +60,9 @@ class BuildConfig:
     progress: bool = True
     write_ready_flag: bool = True
     reuse_codec: bool = False  # codec step: keep a fitted codec already at data/mini/codec (same config)
+    # the recognizer and the model read only corpus and codec, and each trains on one core: on a
+    # 2-core machine running them side by side halves the build's longest stretch
+    parallel: bool = True
 
     def corpus_config(self):
         return CorpusConfig.toy() if self.toy else CorpusConfig()
@@ -227,17 +233,52 @@ def build(paths: MiniPaths = MiniPaths(), cfg: BuildConfig = BuildConfig(),
     if manifest.get("toy") is True and not cfg.toy:
         manifest["steps"] = {}  # a real build over a toy one: the toy steps no longer describe the files
     manifest["toy"] = cfg.toy
-    for step in steps:
-        log(f"[mini build] step {step} ...")
-        t0 = time.time()
-        entry = STEP_FUNCTIONS[step](paths, cfg)
-        entry["seconds"] = round(time.time() - t0, 1)
-        entry["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        manifest["steps"][step] = entry
-        manifest["artifacts"] = artifact_table(paths.data)
-        manifest["total_bytes"] = sum(a["bytes"] for a in manifest["artifacts"].values())
-        _write_json_atomic(paths.manifest, manifest)
-        log(f"[mini build] step {step} done in {entry['seconds']} s")
+    done: dict[str, dict] = {}
+    side = "recognizer" if cfg.parallel and {"recognizer", "model"} <= set(steps) else None
+    pool = future = None
+    try:
+        for step in steps:
+            if step == side:
+                log(f"[mini build] step {step} ... (in a second process, beside the model)")
+                pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                future = pool.submit(_timed_step, step, paths, cfg)
+                continue
+            log(f"[mini build] step {step} ...")
+            manifest = _record(paths, cfg, manifest, done, step, _timed_step(step, paths, cfg), log)
+        if future is not None:
+            manifest = _record(paths, cfg, manifest, done, side, future.result(), log)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return manifest
+
+
+def _timed_step(step: str, paths: MiniPaths, cfg: BuildConfig) -> dict:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t0 = time.time()
+    entry = STEP_FUNCTIONS[step](paths, cfg)
+    entry["seconds"] = round(time.time() - t0, 1)
+    entry["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return entry
+
+
+def _record(paths: MiniPaths, cfg: BuildConfig, manifest: dict, done: dict, step: str, entry: dict,
+            log: Callable[[str], None]) -> dict:
+    # re-read: another build process may have recorded a step meanwhile (the recognizer and
+    # the model train in parallel, one core each)
+    try:
+        on_disk = read_manifest(paths.data)
+    except ArtifactError:
+        on_disk = None
+    done[step] = entry
+    if on_disk is not None and on_disk.get("toy") == cfg.toy:
+        manifest["steps"] = {**on_disk.get("steps", {}), **done}
+    manifest["steps"][step] = entry
+    manifest["artifacts"] = artifact_table(paths.data)
+    manifest["total_bytes"] = sum(a["bytes"] for a in manifest["artifacts"].values())
+    _write_json_atomic(paths.manifest, manifest)
+    log(f"[mini build] step {step} done in {entry['seconds']} s")
     return manifest
 
 

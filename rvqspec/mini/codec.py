@@ -73,7 +73,10 @@ class CodecConfig:
     # distortion is absolute (standardized feature units), so the early codebooks, whose residuals
     # are large, barely notice the rate term while the deep ones, which refine little, settle on a
     # few frequent small corrections. 0 = plain residual k-means (balanced, near-uniform codes).
-    rate_lambda: float = 0.0
+    # 0.001 puts the deep levels at the seed's regime (docs/design.md, "Mini world v2 gates": with
+    # plain k-means every deep level is a near-uniform draw and no drafter passes 1.4 tokens per
+    # call; the 0.001 world reached Medusa 2.56 at N = 16, docs/measurements/skewed_codec).
+    rate_lambda: float = 0.001
     kmeans_init_sample: int = 20000  # k-means++ runs on a subsample (it is sequential in K)
     fit_max_frames: int = 100000  # frames drawn (without replacement) for fitting: ~400 per centroid
     # synthesis

@@ -94,7 +94,7 @@ class RecognizerConfig:
     grad_clip: float = 1.0
     # wall-clock cap on the optimisation loop (the mini build's budget); the learning-rate schedule
     # follows whichever of steps and time runs out first, so a capped run still ends annealed
-    max_minutes: float = 15.0
+    max_minutes: float = 40.0
     max_utterances_per_language: int | None = None  # cap on model_train utterances per language
     val_per_language: int = 16  # model_train utterances held out per language to report progress
     # English is issue 3's headline and the hardest to spell from sound: at 1x (v1 artifact, 15 min)
@@ -104,7 +104,7 @@ class RecognizerConfig:
     # --- augmentation
     # share of training utterances given a codec-resynthesized copy (Griffin-Lim makes each copy
     # cost ~0.3 s of CPU, so the share is bounded by the build budget)
-    codec_fraction: float = 0.15
+    codec_fraction: float = 0.1
     codec_prob: float = 1.0  # when a copy exists: chance an epoch reads the copy instead
     # Griffin-Lim iterations for the training copies only (the codec's own setting, 48, costs
     # ~3x more; fast Griffin-Lim is near convergence by 16). Evaluation always uses the codec as is.

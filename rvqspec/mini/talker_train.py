@@ -39,19 +39,20 @@ class MiniModelConfig:
 
     # talker (CodeDecoder)
     talker_hidden: int = 192
-    talker_layers: int = 4
+    talker_layers: int = 8  # depth for SPADE to prune (seed 001 halves the talker)
     talker_heads: int = 4
     talker_kv_heads: int = 2
     talker_mlp: int = 576
     text_hidden: int = 128
-    # code predictor (MultiCodeDecoder)
-    cp_hidden: int = 128
-    cp_layers: int = 3
+    # code predictor (MultiCodeDecoder) in the 0.6B layout: as wide as the talker (an identity
+    # small_to_mtp_projection) with 5 layers; docs/design.md, gate R2
+    cp_hidden: int = 192
+    cp_layers: int = 5
     cp_heads: int = 4
     cp_kv_heads: int = 2
-    cp_mlp: int = 384
+    cp_mlp: int = 576
     # training
-    steps: int = 9000
+    steps: int = 6000  # 0.5 s per step on one core in the 0.6B layout: the build's 2 h budget
     batch_utterances: int = 8
     lr: float = 3e-3
     warmup_steps: int = 100
