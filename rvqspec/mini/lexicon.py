@@ -12,9 +12,11 @@ a lexicon and a language model; this module is the mini world's version of both:
   (`phonemes.clean_phonemes`: stress dropped), for the word alone and as espeak-ng says it inside
   running text (`CONTEXT_PASSES` seeded shuffles of the word list read as text with word-separated
   output): function words there get their weak forms ("to" t@, "a" a#, "for" f@) and linking r.
-  Building costs a few seconds per language (one `espeak_TextToPhonemes` clause per chunk of
-  words) and is deterministic; the result is cached as a gzipped TSV under `runs/lexicon/`
-  (a few MB for four languages, over the size we commit; it is rebuilt at first use).
+  Building costs 3-5 s of CPU per language (one `espeak_TextToPhonemes` call per word alone and
+  per chunk of `CONTEXT_CHUNK` words in context) and is deterministic; the result is cached as a
+  gzipped TSV under `runs/lexicon/` (~0.45 MB per language, 1.75 MB for four), keyed by the word
+  count, the build settings and the wordfreq / espeak-ng versions, and rebuilt at first use rather
+  than committed: it is derived data that a change of settings would re-commit whole.
 * Decoding (`LexiconDecoder.decode`): a dynamic programme over the greedy phoneme string of the
   phoneme head. A word spanning phonemes [i, j) costs `edit_weight` x (edit distance of the span
   to the nearest pronunciation of the word) - `lm_weight` x ln P(word) + `word_penalty`; lexicon
@@ -22,7 +24,7 @@ a lexicon and a language model; this module is the mini world's version of both:
   a few dict look-ups. A span no lexicon word matches may be spelled by the character head instead
   (`oov_penalty` + `oov_per_phoneme` per phoneme): the characters the character head emitted in
   the span's frames (both heads read the same encoder frames), so names and rare words survive.
-  The best path is the transcript. Pure Python; ~10 ms for a 10 s utterance.
+  The best path is the transcript. Pure Python; 40-70 ms of CPU for a 10 s utterance.
 """
 from __future__ import annotations
 
@@ -132,7 +134,8 @@ def build_lexicon(lang: str, words: int = DEFAULT_WORDS, passes: int = CONTEXT_P
 
 
 def _espeak_by_clause(words: Sequence[str], lang: str) -> list[tuple[str, ...] | None]:
-    """Each word said alone: one espeak-ng call for the batch, one clause per word."""
+    """Each word said alone (one `text_to_phonemes` call per word, ~15 us); None for a word that
+    espeak-ng reads with a voice switch (it is spelled as foreign) or as nothing."""
     from rvqspec.mini.speech import text_to_phonemes
 
     out: list[tuple[str, ...] | None] = []
