@@ -69,6 +69,8 @@ def evaluate(
     max_per_language: Optional[int] = typer.Option(None, help="at most this many utterances per language"),
     as_json: bool = opt.as_json("JSON rows on stdout instead of a table."),
     threads: int = opt.threads(),
+    decoding: str = typer.Option("auto", "--decoding", help="mini recognizer text decoding: auto (lexicon "
+                                 "for en/de/es/ru with a phoneme head, else greedy), lexicon, greedy"),
 ) -> None:
     """Per-language WER/CER of a recognizer on clean (and codec-resynthesized) corpus audio."""
     import torch
@@ -77,7 +79,7 @@ def evaluate(
     from rvqspec.real.asr import load_recognizer
 
     torch.set_num_threads(threads)
-    rec = load_recognizer(recognizer)
+    rec = load_recognizer(recognizer, decoding=decoding)
     table = evaluate_recognizer(rec, corpus or _default("DEFAULT_CORPUS"), codec=codec, split=split,
                                 languages=language or None, max_per_language=max_per_language)
     typer.echo(json.dumps(table, indent=2) if as_json else format_table(table))
@@ -117,6 +119,8 @@ def testset(
     out: Optional[Path] = opt.out(None, "Write the rows and the command as JSON here."),
     as_json: bool = opt.as_json("JSON rows on stdout instead of a table."),
     threads: int = opt.threads(),
+    decoding: str = typer.Option("auto", "--decoding", help="mini recognizer text decoding: auto (lexicon "
+                                 "for en/de/es/ru with a phoneme head, else greedy), lexicon, greedy"),
 ) -> None:
     """PER/WER/CER on the hand-written test set (data/testset), clean espeak-ng speech and codec resynthesis."""
     import torch
@@ -136,14 +140,15 @@ def testset(
         typer.echo(f"error: --codec {codec}: no such codec directory", err=True)
         raise typer.Exit(2)
     try:
-        rec = load_recognizer(recognizer)
+        rec = load_recognizer(recognizer, decoding=decoding)
     except FileNotFoundError as exc:
         typer.echo(str(exc).splitlines()[0], err=True)
         raise typer.Exit(2)
     rows = evaluate_testset(rec, codec=codec, languages=langs, progress=not as_json)
     if out is not None:
         command = "rvqspec asr testset " + " ".join(
-            f"--{k} {v}" for k, v in (("recognizer", recognizer), ("codec", codec), ("threads", threads)) if v)
+            f"--{k} {v}" for k, v in (("recognizer", recognizer), ("codec", codec), ("threads", threads),
+                                      ("decoding", None if decoding == "auto" else decoding)) if v)
         write_json_atomic(out, {"command": command, "rows": rows}, indent=1, ensure_ascii=False)
     if as_json:
         typer.echo(json.dumps(rows, indent=1, ensure_ascii=False))
@@ -151,4 +156,4 @@ def testset(
         for r in rows:
             per = "-" if r["per"] is None else f"{100 * r['per']:.2f}"
             typer.echo(f"{r['language']:<3} {r['condition']:<6} n={r['n']:<3} PER={per}% "
-                       f"WER={100 * r['wer']:.2f}% CER={100 * r['cer']:.2f}%")
+                       f"WER={100 * r['wer']:.2f}% CER={100 * r['cer']:.2f}% ({r.get('decoding') or '-'})")

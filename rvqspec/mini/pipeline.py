@@ -21,7 +21,7 @@ from rvqspec.core.frame_loop import FrameCompleter, SynthesisStats, synthesize_c
 from rvqspec.core.sampling import Sampling
 from rvqspec.mini.codec import RVQCodec
 from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
-from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
+from rvqspec.mini.recognizer import decoding_of, intelligibility_score, transcribe_scored
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "mini"
 
@@ -134,4 +134,5 @@ def intelligibility(tts: MiniTTS, texts: Sequence[str], language: str, recognize
     frames = sum(c["frames"] for c in clips)
     calls = sum(15 * c["frames"] / c["tokens_per_call"] for c in clips)
     return dict(language=language, n=len(clips), per=total["per"], wer=total["wer"], cer=total["cer"],
+                decoding=decoding_of(recognizer, language),
                 tokens_per_call=15 * frames / max(calls, 1e-9), clips=clips)

@@ -16,7 +16,10 @@ playing the part that Whisper / Parakeet play in the seed's WER tables (seed 000
   (`rvqspec.mini.phonemes.text_phonemes`; stress and tone dropped), per language like the
   characters. A model trained with `phoneme_weight = 0` (or an artifact from before the phoneme
   head) has no phoneme head and transcribes characters only.
-* Decoding: greedy CTC (argmax, merge repeats, drop blanks).
+* Decoding: greedy CTC (argmax, merge repeats, drop blanks). The text of en/de/es/ru is by default
+  spelled from the phoneme head with a word list and unigram frequencies (`rvqspec.mini.lexicon`,
+  decoding "lexicon"); decoding "greedy" keeps the character head's own output (the figures before
+  the lexicon), and `CTCRecognizer.decoding_for` says which one produced a language's text.
 * Training (`train_recognizer`): the `model_train` split of the mini corpus in all six languages,
   augmented by codec resynthesis (encode -> decode with the mini codec, precomputed once for a
   fraction of the utterances) so that it also reads codec and model speech, plus cheap gain,
@@ -57,6 +60,8 @@ from rvqspec.mini.phonemes import text_phonemes
 SAMPLE_RATE = 16000
 BLANK = "<blank>"
 SPLIT_TRAIN = "model_train"
+# text decodings (`CTCRecognizer.decoding_for`): "auto" = lexicon where available, else greedy
+DECODINGS = ("auto", "lexicon", "greedy")
 
 _ROOT = Path(__file__).resolve().parents[2]  # the repository checkout
 DEFAULT_CORPUS = _ROOT / "runs" / "mini" / "corpus"
@@ -371,20 +376,41 @@ def greedy_decode_phonemes(log_probs: torch.Tensor, lengths: torch.Tensor, vocab
 class CTCRecognizer:
     """A trained CTC model with its vocabulary: 16 kHz float32 audio -> text."""
 
-    def __init__(self, model: CTCModel, vocab: Vocab, device: str = "cpu", batch_seconds: float = 120.0):
+    def __init__(self, model: CTCModel, vocab: Vocab, device: str = "cpu", batch_seconds: float = 120.0,
+                 decoding: str = "auto"):
+        if decoding not in DECODINGS:
+            raise ValueError(f"decoding must be one of {DECODINGS}, got {decoding!r}")
         self.model = model.to(device).eval()
         self.vocab = vocab
         self.config = model.config
         self.device = device
         self.batch_seconds = batch_seconds
+        self.decoding = decoding
+
+    def decoding_for(self, language: str | None, decoding: str | None = None) -> str:
+        """The decoding that produces text for `language`: "lexicon" (`rvqspec.mini.lexicon`:
+        the phoneme head's greedy string spelled with a word list) where a lexicon exists and the
+        model has a phoneme head, else "greedy" (the character head's greedy CTC output)."""
+        from rvqspec.mini.lexicon import LEXICON_LANGUAGES
+
+        decoding = decoding or self.decoding
+        if decoding not in DECODINGS:
+            raise ValueError(f"decoding must be one of {DECODINGS}, got {decoding!r}")
+        usable = self.has_phonemes and language in LEXICON_LANGUAGES
+        if decoding == "lexicon" and not usable:
+            raise ValueError(f"lexicon decoding needs a phoneme head and a lexicon language "
+                             f"({', '.join(LEXICON_LANGUAGES)}); got language {language!r}, "
+                             f"phoneme head: {self.has_phonemes}")
+        return "lexicon" if decoding == "lexicon" or (decoding == "auto" and usable) else "greedy"
 
     @property
     def has_phonemes(self) -> bool:
         return self.model.phoneme_head is not None and bool(self.vocab.phonemes)
 
-    def transcribe(self, audios: Sequence[np.ndarray], language: str | None = None) -> list[str]:
+    def transcribe(self, audios: Sequence[np.ndarray], language: str | None = None,
+                   decoding: str | None = None) -> list[str]:
         """Transcribe 16 kHz mono float32 arrays; batches are formed from similar lengths."""
-        return self.transcribe_both(audios, language, phonemes=False)[0]
+        return self.transcribe_both(audios, language, phonemes=False, decoding=decoding)[0]
 
     def transcribe_phonemes(self, audios: Sequence[np.ndarray], language: str | None = None) -> list[list[str]]:
         """Phoneme mnemonics (espeak-ng's symbols) heard in each 16 kHz float32 array."""
@@ -392,12 +418,21 @@ class CTCRecognizer:
 
     @torch.no_grad()
     def transcribe_both(self, audios: Sequence[np.ndarray], language: str | None = None,
-                        phonemes: bool = True) -> tuple[list[str], list[list[str]] | None]:
-        """(texts, phoneme lists) from one encoder pass; phoneme lists are None when not asked."""
+                        phonemes: bool = True, decoding: str | None = None
+                        ) -> tuple[list[str], list[list[str]] | None]:
+        """(texts, phoneme lists) from one encoder pass; phoneme lists are None when not asked.
+        `decoding` ("auto", "lexicon", "greedy"; default: the recognizer's) picks how the text is
+        spelled (`decoding_for`); the phoneme lists are the phoneme head's greedy output either way."""
         if phonemes and not self.has_phonemes:
             raise ValueError("this recognizer has no phoneme head; retrain it with phoneme_weight > 0")
+        lexicon = self.decoding_for(language, decoding) == "lexicon"
+        decoder = None
+        if lexicon:
+            from rvqspec.mini.lexicon import LexiconDecoder, load_lexicon
+
+            decoder = LexiconDecoder(load_lexicon(language))
         allowed = self.vocab.language_mask(language) if language else None
-        allowed_ph = self.vocab.phoneme_mask(language) if language and phonemes else None
+        allowed_ph = self.vocab.phoneme_mask(language) if language and (phonemes or lexicon) else None
         order = sorted(range(len(audios)), key=lambda i: len(audios[i]))
         out: list[str] = [""] * len(audios)
         out_ph: list[list[str]] | None = [[] for _ in audios] if phonemes else None
@@ -408,8 +443,20 @@ class CTCRecognizer:
             feats, frames = self.model.features(wave, lengths)
             encoded, n = self.model.encode(feats, frames)  # (B, T', C), (B,)
             log_probs = self.model.head(encoded).log_softmax(-1)  # (B, T', V)
-            for i, text in zip(batch, greedy_decode(log_probs, n, self.vocab, allowed)):
-                out[i] = text.strip()
+            if decoder is not None:
+                from rvqspec.mini.lexicon import align_fallback, greedy_tokens
+
+                ph = self.model.phoneme_log_probs(encoded)  # (B, T', P)
+                for b, i in enumerate(batch):
+                    m = int(n[b])
+                    chars = greedy_tokens(log_probs[b, :m].cpu().numpy(), self.vocab.tokens,
+                                          None if allowed is None else allowed.numpy())
+                    heard = greedy_tokens(ph[b, :m].cpu().numpy(), self.vocab.phonemes,
+                                          None if allowed_ph is None else allowed_ph.numpy())
+                    out[i] = decoder.decode([t.symbol for t in heard], align_fallback(heard, chars))
+            else:
+                for i, text in zip(batch, greedy_decode(log_probs, n, self.vocab, allowed)):
+                    out[i] = text.strip()
             if phonemes:
                 ph = self.model.phoneme_log_probs(encoded)  # (B, T', P)
                 for i, seq in zip(batch, greedy_decode_phonemes(ph, n, self.vocab, allowed_ph)):
@@ -481,7 +528,7 @@ def is_recognizer_dir(path: str | Path) -> bool:
     return path.is_dir() and all((path / f).is_file() for f in _FILES)
 
 
-def load_recognizer(path: str | Path, device: str = "cpu") -> CTCRecognizer:
+def load_recognizer(path: str | Path, device: str = "cpu", decoding: str = "auto") -> CTCRecognizer:
     """Load an artifact written by `save_recognizer`."""
     path = Path(path)
     missing = [f for f in _FILES if not (path / f).is_file()]
@@ -500,7 +547,7 @@ def load_recognizer(path: str | Path, device: str = "cpu") -> CTCRecognizer:
     missing_keys, unexpected = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
     if missing_keys or unexpected:
         raise ValueError(f"{path / 'model.safetensors'}: missing {missing_keys}, unexpected {unexpected}")
-    return CTCRecognizer(model, vocab, device=device)
+    return CTCRecognizer(model, vocab, device=device, decoding=decoding)
 
 
 # ----------------------------------------------------------------------------- corpus access
@@ -773,7 +820,7 @@ def train_on_utterances(train: list[dict], val: list[dict], config: RecognizerCo
         for lang in sorted({r["language"] for r in val}):
             rows = [r for r in val if r["language"] == lang]
             hyps, ph = recognizer.transcribe_both([to_float(r["audio"]) for r in rows], lang,
-                                                  phonemes=recognizer.has_phonemes)
+                                                  phonemes=recognizer.has_phonemes, decoding="greedy")
             s = score([r["text"] for r in rows], hyps, lang)
             if ph is not None:
                 s.update(phoneme_score([text_phonemes(r["text"], lang) for r in rows], ph))
@@ -831,6 +878,13 @@ def transcribe_scored(recognizer, audios: Sequence[np.ndarray], sample_rate: int
     return recognizer.transcribe(audios, sample_rate, language), None
 
 
+def decoding_of(recognizer, language: str) -> str | None:
+    """Which decoding spells `recognizer`'s text in `language` ("lexicon", "greedy"), None for a
+    recognizer that does not say (e.g. a transformers model)."""
+    fn = getattr(recognizer, "decoding_for", None)
+    return fn(language) if fn is not None else None
+
+
 def intelligibility_score(references: Sequence[str], hypotheses: Sequence[str], language: str,
                           phoneme_hypotheses: Sequence[Sequence[str]] | None = None) -> dict:
     """`metrics.score` (WER, CER) plus, given phoneme hypotheses, PER against espeak-ng's phonemes
@@ -870,7 +924,7 @@ def evaluate_recognizer(recognizer, corpus_dir: str | Path, codec=None, split: s
             s = intelligibility_score(refs, hyps, lang, phonemes)
             table.append({"split": split, "language": lang, "condition": condition, "n": s["n"],
                           "wer": s["wer"], "cer": s["cer"], "per": s["per"], "error": s["error"],
-                          "metric": s["metric"]})
+                          "metric": s["metric"], "decoding": decoding_of(recognizer, lang)})
     return table
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from rvqspec.mini.recognizer import SAMPLE_RATE, intelligibility_score, load_codec, resynthesize, transcribe_scored
+from rvqspec.mini.recognizer import (SAMPLE_RATE, decoding_of, intelligibility_score, load_codec, resynthesize,
+                                     transcribe_scored)
 from rvqspec.mini.speech import LANGUAGES, synthesize
 
 TESTSET_DIR = Path(__file__).resolve().parents[2] / "data" / "testset"
@@ -52,6 +53,7 @@ def evaluate_testset(recognizer, codec=None, directory: str | Path = TESTSET_DIR
             s = intelligibility_score(texts, hyps, lang, phonemes)
             rows.append({"language": lang, "condition": condition, "n": s["n"], "per": s["per"],
                          "wer": s["wer"], "cer": s["cer"], "metric": s["metric"],
+                         "decoding": decoding_of(recognizer, lang),
                          "counts": {k: s.get(k) for k in ("phoneme_errors", "ref_phonemes", "word_errors",
                                                           "ref_words", "char_errors", "ref_chars")},
                          "hypotheses": hyps})

@@ -53,10 +53,14 @@ def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
 class MiniCTCRecognizer:
     """The mini world's character CTC recognizer (see `rvqspec.mini.recognizer`)."""
 
-    def __init__(self, directory: str | Path = DEFAULT_RECOGNIZER, device: str = "cpu"):
+    def __init__(self, directory: str | Path = DEFAULT_RECOGNIZER, device: str = "cpu", decoding: str = "auto"):
         self.directory = Path(directory)
-        self.model = load_ctc(self.directory, device=device)
+        self.model = load_ctc(self.directory, device=device, decoding=decoding)
         self.sampling_rate = self.model.config.sample_rate
+
+    def decoding_for(self, language: str) -> str:
+        """"lexicon" or "greedy": how the text of `language` is spelled (see `rvqspec.mini.lexicon`)."""
+        return self.model.decoding_for(language)
 
     def transcribe(self, audios: Sequence[np.ndarray], sampling_rate: int, language: str) -> list[str]:
         audios = [resample(a, sampling_rate, self.sampling_rate) for a in audios]
@@ -124,11 +128,13 @@ class TransformersASR:
         return texts
 
 
-def load_recognizer(spec: str | Path | None = None, device: str = "cpu", batch_size: int = 8) -> Recognizer:
-    """A mini recognizer directory (default: the committed one) or a local transformers model path."""
+def load_recognizer(spec: str | Path | None = None, device: str = "cpu", batch_size: int = 8,
+                    decoding: str = "auto") -> Recognizer:
+    """A mini recognizer directory (default: the committed one) or a local transformers model path.
+    `decoding` ("auto", "lexicon", "greedy") is the mini recognizer's text decoding."""
     path = Path(spec) if spec is not None else DEFAULT_RECOGNIZER
     if is_recognizer_dir(path):
-        return MiniCTCRecognizer(path, device=device)
+        return MiniCTCRecognizer(path, device=device, decoding=decoding)
     if path.is_dir() and (path / "config.json").is_file():
         return TransformersASR(path, device=device, batch_size=batch_size)
     raise FileNotFoundError(
