@@ -84,9 +84,10 @@ def test_character_only_artifacts_still_work(rows, tmp_path):
 
 
 @pytest.mark.skipif(not (DEFAULT_RECOGNIZER / "vocab.json").is_file(), reason="no committed recognizer")
-def test_committed_character_recognizer_loads_without_a_phoneme_head():
+def test_committed_recognizer_has_a_phoneme_head_and_spells_with_the_lexicon():
     rec = load_recognizer(DEFAULT_RECOGNIZER)
-    assert not rec.has_phonemes
+    assert rec.has_phonemes
+    assert rec.decoding_for("en") == "lexicon" and rec.decoding_for("ja") == "greedy"
 
 
 def test_asr_testset_command_reports_per(trained, tmp_path):

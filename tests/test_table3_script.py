@@ -36,7 +36,8 @@ def test_committed_table3():
 
     from rvqspec.mini.pipeline import default_data_dir
 
-    d = json.loads((default_data_dir() / "bench" / "table3_offsets_n16.json").read_text())
+    # the v1 world's run (docs/design.md); the v2 world's Table 3 is not re-derived yet
+    d = json.loads((default_data_dir().parents[1] / "docs" / "measurements" / "world_v1" / "table3_offsets_n16.json").read_text())
     rows = {r["language"]: r for r in d["rows"]}
     assert set(rows) == {"en", "de", "es", "ru", "ja", "zh"}
     for r in rows.values():

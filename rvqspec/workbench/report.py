@@ -148,19 +148,23 @@ def speed_phrase(ratio: float) -> str:
 
 def verdict(results: dict) -> str:
     """The report's first sentence, computed from the run: the measured wall-clock ratio of the
-    speculative inner loop to AR at the chosen N and drafter, and each drafter's tokens per call."""
+    speculative inner loop to AR at the chosen N for the fastest drafter, the seed's offsets drafter
+    beside it when another one was faster, and each drafter's tokens per call."""
     wc = results.get("wallclock") or {}
     rows = wc.get("rows") or []
-    main = next((r for r in rows if r["drafter"] == wc.get("main_drafter")), rows[0] if rows else None)
-    if main is None:
+    if not rows:
         why = (results.get("steps", {}).get("wallclock") or {}).get("note") or "the wall-clock step did not run"
         return f"Verdict: no wall-clock measurement in this run ({why})."
-    n = main["N"]
-    tpc = {r.get("name", r["drafter"]): r["tokens_per_call"] for r in results.get("drafters") or []
+    best = max(rows, key=lambda r: r["ratio"])
+    seed = next((r for r in rows if r["drafter"] == wc.get("main_drafter")), None)
+    n = best["N"]
+    tpc = {r.get("name") or r.get("drafter"): r["tokens_per_call"] for r in results.get("drafters") or []
            if r.get("tokens_per_call") is not None}
     others = "; ".join(f"{k} {v:.2f}" for k, v in tpc.items())
-    out = (f"Verdict: on this machine the speculative inner loop ({main['drafter']} drafter, N = {n}) ran at "
-           f"{speed_phrase(main['ratio'])} (measured, AR and speculative interleaved over {main['frames']} frames)")
+    out = (f"Verdict: on this machine the speculative inner loop ({best['drafter']} drafter, N = {n}) ran at "
+           f"{speed_phrase(best['ratio'])} (measured, AR and speculative interleaved over {best['frames']} frames)")
+    if seed is not None and seed is not best:
+        out += f"; the {seed['drafter']} drafter ran at {speed_phrase(seed['ratio'])}"
     if others:
         out += f"; tokens per code-predictor call at N = {n} (English eval): {others}"
     return out + "."
