@@ -44,6 +44,9 @@ def test_pooled_chisquare_accepts_a_fair_sample_and_rejects_a_biased_one():
     assert pooled_chisquare(fair + np.array([0, 0, 0, 0, 0, 1]), p)[1] == 1
     with pytest.raises(ValueError, match="shape"):
         pooled_chisquare(fair[:5], p)
+    # every observation impossible (a wrong rule at few frames): p = 0, finite, never NaN
+    pv, impossible, _ = pooled_chisquare(np.array([0, 0, 0, 0, 0, 40]), p)
+    assert pv == 0.0 and impossible == 40
 
 
 def test_two_sample_chisquare_same_law_passes_shifted_law_fails():

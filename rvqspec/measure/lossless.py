@@ -64,6 +64,8 @@ def pooled_chisquare(observed: np.ndarray, expected_p: np.ndarray, min_expected:
     e = np.append(exp[big], exp[small].sum())
     keep = e > 0
     o, e = o[keep], e[keep]
+    if n > 0 and o.sum() == 0:  # every observation fell where the law has probability 0
+        return 0.0, impossible, max(len(o) - 1, 0)
     if len(o) < 2:
         return 1.0, impossible, 0
     return float(stats.chisquare(o, e * o.sum() / e.sum()).pvalue), impossible, len(o) - 1
