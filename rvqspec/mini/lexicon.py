@@ -28,7 +28,6 @@ a lexicon and a language model; this module is the mini world's version of both:
 """
 from __future__ import annotations
 
-import ctypes
 import gzip
 import hashlib
 import json
@@ -36,12 +35,13 @@ import math
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rvqspec.mini.phonemes import clean_phonemes
+from rvqspec.mini.speech import text_to_phoneme_words, text_to_phonemes
 
 LEXICON_LANGUAGES = ("en", "de", "es", "ru")  # ja (kana) and zh (hanzi) keep the character head
 DEFAULT_WORDS = 40000  # ranks read from each wordfreq list (before filtering)
@@ -54,28 +54,6 @@ DEFAULT_CACHE = _ROOT / "runs" / "lexicon"
 
 
 # ----------------------------------------------------------------------------- building
-
-
-def _espeak_words(text: str, lang: str) -> list[list[str]]:
-    """espeak-ng's phonemes of `text`, one list of raw mnemonics per word it reads."""
-    from rvqspec.mini.speech import VARIANT, _engine, check_language
-
-    voice = check_language(lang)
-    eng = _engine()
-    with eng.lock:
-        if eng._voice != voice:
-            if eng.lib.espeak_SetVoiceByName(f"{voice}+{VARIANT}".encode()) != 0:
-                raise RuntimeError(f"espeak-ng has no voice {voice!r}")
-            eng._voice = voice
-        buf = ctypes.create_string_buffer(text.encode("utf-8") + b"\0")
-        ptr = ctypes.c_void_p(ctypes.addressof(buf))
-        out: list[list[str]] = []
-        while ptr.value:
-            # phonemes separated by "|", words by spaces (phonememode bits 8-23: the separator)
-            res = eng.lib.espeak_TextToPhonemes(ctypes.byref(ptr), 1, ord("|") << 8)
-            if res:
-                out += [w.split("|") for w in res.decode("utf-8", "replace").split()]
-    return out
 
 
 def word_frequencies(lang: str, words: int = DEFAULT_WORDS) -> list[tuple[str, float]]:
@@ -115,7 +93,7 @@ def build_lexicon(lang: str, words: int = DEFAULT_WORDS, passes: int = CONTEXT_P
         order = rng.permutation(len(vocab))
         for start in range(0, len(order), CONTEXT_CHUNK):
             idx = order[start:start + CONTEXT_CHUNK]
-            said = _espeak_words(" ".join(vocab[i] for i in idx), lang)
+            said = text_to_phoneme_words(" ".join(vocab[i] for i in idx), lang)
             if len(said) != len(idx):
                 continue  # espeak-ng split or joined a word: no reliable word boundaries here
             for i, raw in zip(idx, said):
@@ -136,8 +114,6 @@ def build_lexicon(lang: str, words: int = DEFAULT_WORDS, passes: int = CONTEXT_P
 def _espeak_by_clause(words: Sequence[str], lang: str) -> list[tuple[str, ...] | None]:
     """Each word said alone (one `text_to_phonemes` call per word, ~15 us); None for a word that
     espeak-ng reads with a voice switch (it is spelled as foreign) or as nothing."""
-    from rvqspec.mini.speech import text_to_phonemes
-
     out: list[tuple[str, ...] | None] = []
     for w in words:
         raw = text_to_phonemes(w, lang)
@@ -243,8 +219,6 @@ def _levenshtein(a: Sequence[str], b: Sequence[str]) -> int:
 
 def _cache_key(lang: str, words: int, passes: int) -> str:
     import importlib.metadata as md
-
-    from rvqspec.mini.speech import text_to_phonemes
 
     versions = {}
     for pkg in ("wordfreq", "espeakng-loader"):

@@ -162,8 +162,9 @@ class _Espeak:
             return audio, list(self._events)
 
 
-    def text_to_phonemes(self, text: str, voice: str) -> str:
-        """espeak-ng's phoneme mnemonics of `text`, space-separated, without synthesizing audio."""
+    def phoneme_clauses(self, text: str, voice: str, separator: str = " ") -> list[str]:
+        """espeak-ng's phoneme mnemonics of `text` without synthesizing audio, one string per clause:
+        phonemes joined by `separator`, words by spaces."""
         with self.lock:
             if self._voice != voice:
                 if self.lib.espeak_SetVoiceByName(f"{voice}+{VARIANT}".encode()) != 0:
@@ -175,10 +176,14 @@ class _Espeak:
             # each call consumes one clause and advances ptr; NULL once the text is used up.
             # phonememode: bits 8-23 hold the separator character put between phoneme names
             while ptr.value:
-                res = self.lib.espeak_TextToPhonemes(ctypes.byref(ptr), _CHARS_UTF8, ord(" ") << 8)
+                res = self.lib.espeak_TextToPhonemes(ctypes.byref(ptr), _CHARS_UTF8, ord(separator) << 8)
                 if res:
                     out.append(res.decode("utf-8", "replace"))
-            return " ".join(" ".join(out).split())
+            return out
+
+    def text_to_phonemes(self, text: str, voice: str) -> str:
+        """espeak-ng's phoneme mnemonics of `text`, space-separated, without synthesizing audio."""
+        return " ".join(" ".join(self.phoneme_clauses(text, voice)).split())
 
 
 _ENGINE: _Espeak | None = None
@@ -201,6 +206,12 @@ def text_to_phonemes(text: str, lang: str) -> list[str]:
     """espeak-ng's phoneme mnemonics for `text` in `lang` (no audio; a voice switch shows as "(en)")."""
     voice = check_language(lang)
     return _engine().text_to_phonemes(text, voice).split()
+
+
+def text_to_phoneme_words(text: str, lang: str) -> list[list[str]]:
+    """espeak-ng's phoneme mnemonics for `text` in `lang`, one list per word it reads (no audio)."""
+    voice = check_language(lang)
+    return [w.split("|") for clause in _engine().phoneme_clauses(text, voice, "|") for w in clause.split()]
 
 
 def synthesize(text: str, lang: str, config: SpeechConfig = SpeechConfig()) -> Utterance:
