@@ -219,9 +219,6 @@ def build(paths: MiniPaths = MiniPaths(), cfg: BuildConfig = BuildConfig(),
           log: Callable[[str], None] = print) -> dict:
     """Run the chosen steps in order; after each, rewrite the manifest (configs, timings, checksums)."""
     steps = parse_steps(cfg.steps)
-    if cfg.threads:
-        import torch
-        torch.set_num_threads(cfg.threads)
     paths.data.mkdir(parents=True, exist_ok=True)
     try:
         manifest = read_manifest(paths.data)
@@ -254,7 +251,7 @@ def build(paths: MiniPaths = MiniPaths(), cfg: BuildConfig = BuildConfig(),
 
 
 def _timed_step(step: str, paths: MiniPaths, cfg: BuildConfig) -> dict:
-    if cfg.threads:
+    if cfg.threads:  # every step sets them: the recognizer may run in a fresh process
         torch.set_num_threads(cfg.threads)
     t0 = time.time()
     entry = STEP_FUNCTIONS[step](paths, cfg)
