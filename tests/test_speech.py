@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from rvqspec.mini.phonemes import (SIL, SPECIAL_TOKENS, UNK, PhonemeTokenizer, TokenizerError, frame_phonemes,
-                                   num_frames)
+                                   frame_quarters, num_frames)
 from rvqspec.mini.speech import LANGUAGES, SpeechConfig, synthesize
 
 SAMPLES = {
@@ -99,6 +99,24 @@ def test_tokenizer_save_load_and_errors(tmp_path):
         PhonemeTokenizer.load(bad)
     with pytest.raises(TokenizerError, match="special tokens"):
         PhonemeTokenizer(tokens=["a", "b"])
+
+
+def test_quarter_tokens_say_where_the_boundary_falls_and_fall_back_to_pairs(tmp_path):
+    events = [(0.0, "a"), (0.05, "b"), (0.2, "c")]
+    # quarter centres of frame 0 at 10, 30, 50, 70 ms: the boundary at 50 ms sits after the second
+    assert frame_quarters(events, 4)[:2] == [("a", "a", "b", "b"), ("b", "b", "b", "b")]
+    early = [(0.0, "a"), (0.025, "b"), (0.2, "c")]  # boundary at 25 ms: after the first quarter
+    assert frame_quarters(early, 1)[0] == ("a", "b", "b", "b")
+    tok = PhonemeTokenizer.fit([("en", events, 4)] * 3 + [("en", early, 4)], min_pair_count=3, points=4)
+    assert tok.decode(tok.frame_tokens(events, 4, "en")) == ["en:a a b b", "en:b", "en:b b c c", "en:c"]
+    # the early boundary was seen once (< 3): its frame falls back to the pair token, which the
+    # two-point tokenizer gives both frames (a negative control: pairs cannot tell them apart)
+    assert tok.decode(tok.frame_tokens(early, 1, "en")) == ["en:a b"]
+    pairs = PhonemeTokenizer.fit([("en", events, 4)] * 3 + [("en", early, 4)], min_pair_count=3)
+    assert pairs.frame_tokens(events, 1, "en").tolist() == pairs.frame_tokens(early, 1, "en").tolist()
+    assert PhonemeTokenizer.load(tok.save(tmp_path)).points == 4
+    with pytest.raises(TokenizerError, match="points"):
+        PhonemeTokenizer(tokens=list(SPECIAL_TOKENS), points=3)
 
 
 def test_phonemize_matches_synthesis():

@@ -59,12 +59,13 @@ def synthesize_items(items: Sequence[TextItem], speech: SpeechConfig = SpeechCon
     return out
 
 
-def fit_tokenizer(records: Sequence[Record], split: str = "model_train", min_pair_count: int = 3) -> PhonemeTokenizer:
+def fit_tokenizer(records: Sequence[Record], split: str = "model_train", min_pair_count: int = 3,
+                  points: int = 2) -> PhonemeTokenizer:
     """Phoneme vocabulary from the model's own training split (the held-out splits may map to <unk>)."""
     fit = [(r.item.language, r.phonemes, r.num_frames) for r in records if r.item.split == split]
     if not fit:
         raise CorpusError(f"no records in split {split!r} to fit the phoneme tokenizer on")
-    return PhonemeTokenizer.fit(fit, min_pair_count=min_pair_count)
+    return PhonemeTokenizer.fit(fit, min_pair_count=min_pair_count, points=points)
 
 
 def _list_array(arrays: Sequence[np.ndarray], pa_type, chunk_rows: int = 256):
@@ -189,7 +190,7 @@ def build_corpus(runs_corpus: str | os.PathLike, data_corpus: str | os.PathLike,
     """Step `corpus`: texts -> espeak-ng speech -> tokenizer -> both corpus copies (without codes yet)."""
     items = make_texts(config)
     records = synthesize_items(items, speech, progress)
-    tokenizer = fit_tokenizer(records)
+    tokenizer = fit_tokenizer(records, points=config.tokenizer_points)
     tokenizer.save(tokenizer_path)
     rows = corpus_rows(records, tokenizer)
     save_corpus(rows, runs_corpus, with_audio=True)

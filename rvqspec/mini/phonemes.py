@@ -12,6 +12,9 @@ Token design (chosen after measuring, see below):
   phonemes active at 1/4 and 3/4 of the frame (`en:k w`; a single `en:k` when both are the same).
   Pairs seen fewer than `min_pair_count` times in the tokenizer's fitting data fall back to the
   phoneme at the frame centre, so the vocabulary stays a few thousand tokens.
+- `points = 4` (an option, `CorpusConfig.tokenizer_points`) resolves the frame in quarters: the
+  token is the phonemes at 1/8, 3/8, 5/8 and 7/8 of the frame (`en:k k w w`: where in the frame the
+  boundary falls), falling back to the pair token when that quadruple is rare.
 - Frames before the first phoneme are `<sil>`; `<pad>` pads batches; `<bos>`/`<eos>` are for the
   model's own use; `<unk>` is any phoneme never seen while fitting.
 """
@@ -65,12 +68,28 @@ def frame_phonemes(events: Events, n_frames: int, frame_rate: float = FRAME_RATE
     return [tuple(names[i[k]] if i[k] >= 0 else None for i in idx) for k in range(n_frames)]
 
 
+def frame_quarters(events: Events, n_frames: int, frame_rate: float = FRAME_RATE) -> list[tuple[str | None, ...]]:
+    """Per frame: the phoneme (mnemonic) at 1/8, 3/8, 5/8 and 7/8 of it; None before the first."""
+    t = np.arange(n_frames, dtype=np.float64)  # (T,)
+    if not events:
+        return [(None,) * 4] * n_frames
+    idx = [_active(events, (t + q) / frame_rate) for q in (0.125, 0.375, 0.625, 0.875)]  # 4 x (T,)
+    names = [e for _, e in events]
+    return [tuple(names[i[k]] if i[k] >= 0 else None for i in idx) for k in range(n_frames)]
+
+
+POINTS = (2, 4)  # phonemes sampled per frame: the pair at 1/4 and 3/4, or the four quarter centres
+
+
 @dataclass
 class PhonemeTokenizer:
     tokens: list[str]  # id -> token string
     min_pair_count: int = 3
+    points: int = 2  # 4: quarter-resolved tokens first (module docstring), pairs as the fallback
 
     def __post_init__(self) -> None:
+        if self.points not in POINTS:
+            raise TokenizerError(f"points must be one of {POINTS}, got {self.points!r}")
         if tuple(self.tokens[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
             raise TokenizerError(f"tokenizer must start with the special tokens {SPECIAL_TOKENS}, "
                                  f"got {self.tokens[:len(SPECIAL_TOKENS)]}")
@@ -97,11 +116,20 @@ class PhonemeTokenizer:
             return f"{lang}:{a}"
         return f"{lang}:{a} {b}"
 
+    @staticmethod
+    def _quad_key(lang: str, names: tuple[str | None, ...]) -> str | None:
+        """Quarter-resolved token of a frame that holds a boundary (None: no boundary, or all silence)."""
+        if len(set(names)) == 1:
+            return None
+        return f"{lang}:" + " ".join("-" if n is None else n for n in names)
+
     @classmethod
-    def fit(cls, utterances: Iterable[tuple[str, Events, int]], min_pair_count: int = 3) -> "PhonemeTokenizer":
+    def fit(cls, utterances: Iterable[tuple[str, Events, int]], min_pair_count: int = 3,
+            points: int = 2) -> "PhonemeTokenizer":
         """Vocabulary from (language, phoneme events, number of frames) of the fitting utterances."""
         singles: set[str] = set()
         pairs: Counter = Counter()
+        quads: Counter = Counter()
         for lang, events, n_frames in utterances:
             for _, name in events:
                 singles.add(f"{lang}:{name}")
@@ -109,16 +137,28 @@ class PhonemeTokenizer:
                 key = cls._pair_key(lang, a, b)
                 if key is not None and " " in key:
                     pairs[key] += 1
+            if points == 4:
+                for names in frame_quarters(events, n_frames):
+                    key = cls._quad_key(lang, names)
+                    if key is not None:
+                        quads[key] += 1
         kept = sorted(p for p, c in pairs.items() if c >= min_pair_count)
-        return cls(tokens=list(SPECIAL_TOKENS) + sorted(singles) + kept, min_pair_count=min_pair_count)
+        kept_quads = sorted(q for q, c in quads.items() if c >= min_pair_count)
+        return cls(tokens=list(SPECIAL_TOKENS) + sorted(singles) + kept + kept_quads, min_pair_count=min_pair_count,
+                   points=points)
 
     # -- encoding ---------------------------------------------------------------------------------
     def frame_tokens(self, events: Events, n_frames: int, lang: str, frame_rate: float = FRAME_RATE) -> np.ndarray:
-        """(T,) int64 token per frame: the pair token if known, else the centre phoneme, else <unk>."""
+        """(T,) int64 token per frame: the quarter token if known (points = 4), else the pair token,
+        else the centre phoneme, else <unk>."""
         out = np.empty(n_frames, dtype=np.int64)  # (T,)
+        quarters = frame_quarters(events, n_frames, frame_rate) if self.points == 4 else None
         for k, (a, b, c) in enumerate(frame_phonemes(events, n_frames, frame_rate)):
             key = self._pair_key(lang, a, b)
-            if key is None:
+            quad = None if quarters is None else self._quad_key(lang, quarters[k])
+            if quad is not None and quad in self.index:
+                out[k] = self.index[quad]
+            elif key is None:
                 out[k] = SIL
             elif key in self.index:
                 out[k] = self.index[key]
@@ -143,7 +183,8 @@ class PhonemeTokenizer:
             path = path / TOKENIZER_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"format": "rvqspec-phoneme-tokenizer", "version": FORMAT_VERSION, "frame_rate": FRAME_RATE,
-                   "min_pair_count": self.min_pair_count, "special_tokens": list(SPECIAL_TOKENS),
+                   "min_pair_count": self.min_pair_count, "points": self.points,
+                   "special_tokens": list(SPECIAL_TOKENS),
                    "tokens": self.tokens}
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -170,7 +211,10 @@ class PhonemeTokenizer:
         tokens = payload.get("tokens")
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise TokenizerError(f"{path}: key 'tokens' must be a list of strings")
-        return cls(tokens=tokens, min_pair_count=int(payload.get("min_pair_count", 3)))
+        points = payload.get("points", 2)
+        if points not in POINTS:
+            raise TokenizerError(f"{path}: key 'points' must be one of {POINTS}, got {points!r}")
+        return cls(tokens=tokens, min_pair_count=int(payload.get("min_pair_count", 3)), points=points)
 
 
 def phonemize(text: str, lang: str, tokenizer: PhonemeTokenizer) -> tuple[np.ndarray, float]:

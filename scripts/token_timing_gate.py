@@ -1,0 +1,94 @@
+"""Gate: does telling the talker WHERE in the frame a phoneme boundary falls make the code
+predictor's c1..c5 right? (issue 14, intelligibility; docs/design.md "Where free-running speech
+loses its intelligibility")
+
+One arm per `--points` (2: the committed pair tokens, 4: quarter-resolved tokens,
+`rvqspec.mini.phonemes`). Each arm builds the same English gate corpus (`--corpus-model-train`
+sentences), encodes it with the committed codec, trains a mini model in the committed layout for
+`--steps`, and runs `scripts/diagnose_intelligibility.py`'s decompositions on its eval split
+through the committed recognizer.
+
+Falsified if, at equal steps, points = 4 lowers the tf_c0_true CER (true c0 and history, code
+predictor sampled) by less than 5 points against points = 2.
+
+usage: python scripts/token_timing_gate.py --points 4 --steps 1500 --out runs/gates/timing_p4.json
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rvqspec.core.jsonfile import write_json_atomic
+from rvqspec.mini.corpus import build_corpus, load_corpus, rows_from_corpus, save_corpus
+from rvqspec.mini.learned_codec import load_codec
+from rvqspec.mini.pipeline import default_data_dir
+from rvqspec.mini.talker_train import MiniModelConfig, train_mini_model
+from rvqspec.mini.text import CorpusConfig
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def diagnose_module():
+    """scripts/diagnose_intelligibility.py as a module (scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location("diagnose_intelligibility", Path(__file__).with_name(
+        "diagnose_intelligibility.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+VARIANTS = ("resynth", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled", "free")
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--points", type=int, choices=(2, 4), required=True)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--corpus-model-train", type=int, default=2000)
+    ap.add_argument("--sentences", type=int, default=20)
+    ap.add_argument("--work", type=Path, default=REPO / "runs" / "gates")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    t0 = time.time()
+    work = args.work / f"timing_p{args.points}"
+    log = lambda m: print(f"[timing p{args.points} {time.time() - t0:6.0f}s] {m}", flush=True)
+    ccfg = CorpusConfig(model_train_per_language=args.corpus_model_train, train=400, validation=40, calibration=10,
+                        eval_per_language=40, languages=("en",), tokenizer_points=args.points)
+    tok = work / "phoneme_tokenizer.json"
+    if not (work / "corpus_audio" / "dataset_dict.json").is_file():
+        build_corpus(work / "corpus_audio", work / "corpus_text", tok, ccfg, progress=False)
+    log("corpus ready")
+    codec_dir = default_data_dir() / "codec"
+    codec = load_codec(codec_dir)
+    corpus = work / "corpus"
+    if not (corpus / "dataset_dict.json").is_file():
+        rows = rows_from_corpus(load_corpus(work / "corpus_audio", need_audio=True), with_audio=True)
+        for r in rows:
+            r["codes"] = codec.encode(r["audio"]).numpy().astype(np.uint8)
+        save_corpus(rows, corpus, with_audio=False, codebook_size=codec.config.codebook_size)
+    log("codes ready")
+    mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps)
+    metrics = train_mini_model(corpus, codec_dir, work / "model", config=mcfg, tokenizer_path=tok)
+    log(f"model trained {metrics}")
+    diag = diagnose_module().main(str(work / "model"), args.sentences, None, VARIANTS, "eval",
+                                                        str(corpus))
+    vocab = len(json.loads(tok.read_text())["tokens"])
+    result = dict(points=args.points, steps=args.steps, corpus_model_train=args.corpus_model_train, vocab=vocab,
+                  train_metrics=metrics, variants=diag["variants"], seconds=round(time.time() - t0),
+                  command="python scripts/token_timing_gate.py " + " ".join(argv or sys.argv[1:]),
+                  falsified_if="points = 4 lowers the tf_c0_true CER by less than 5 points against points = 2")
+    write_json_atomic(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
