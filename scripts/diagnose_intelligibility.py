@@ -77,7 +77,8 @@ def smallest_codewords(tts: MiniTTS) -> torch.Tensor:
 
 
 def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
-         variants: tuple[str, ...] = VARIANTS, split: str = "eval", corpus_dir: str | None = None) -> dict:
+         variants: tuple[str, ...] = VARIANTS, split: str = "eval", corpus_dir: str | None = None,
+         command: str | None = None) -> dict:
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         print(f"unknown variant {bad[0]!r} (choose from {', '.join(VARIANTS)})", file=sys.stderr)
@@ -126,7 +127,8 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
         s = intelligibility_score(r["refs"], r["hyps"], "en", r["phons"])
         table[v] = dict(per=s["per"], cer=s["cer"], wer=s["wer"], c0_agreement=float(np.mean(r["c0_agree"])))
     result = dict(model=str(model_dir or "data/mini/model"), corpus=str(corpus_dir),sentences=n, split=split, language="en", seed="sentence index",
-                  sampling="top-k 50, T = 0.9 (rvqspec.core.sampling.Sampling)", variants=table)
+                  sampling="top-k 50, T = 0.9 (rvqspec.core.sampling.Sampling)", variants=table,
+                  **({} if command is None else {"command": command}))
     text = json.dumps(result, indent=2)
     if out:
         tmp = Path(out).with_suffix(".tmp")
@@ -146,4 +148,5 @@ if __name__ == "__main__":
                                                     "(default: the committed data/mini/corpus)")
     ap.add_argument("--out", default=None, help="also write the JSON here (atomically)")
     a = ap.parse_args()
-    main(a.model, a.sentences, a.out, tuple(a.variants.split(",")), a.split, a.corpus)
+    main(a.model, a.sentences, a.out, tuple(a.variants.split(",")), a.split, a.corpus,
+         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]))
