@@ -84,7 +84,7 @@ class DemoConfig:
     ab_seeds: tuple[int, ...] = (0,)
     # model-scale lossless check (rvqspec.measure.lossless): frames of the main drafter's decoder on one eval
     # context, against the exact AR law and as many AR frames, and frames of each wrong-rule control
-    lossless_frames: int = 3000
+    lossless_frames: int = 2000
     # the full-p control needs many frames when few drafts are accepted (the offsets: its bias is
     # small); with Medusa's drafts 5,000 frames gave p = 3e-86, so 2,000 fail it by a wide margin.
     # Always-accept fails at once
