@@ -31,7 +31,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from rvqspec.core.frame_loop import codec_vocab_mask, synthesize_codes, teacher_forced_inner, teacher_forced_talker
+from rvqspec.core.frame_loop import (
+    codec_vocab_mask,
+    synthesize_codes,
+    teacher_forced_inner,
+    teacher_forced_talker,
+)
+from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.core.sampling import Sampling, sample_logits
 from rvqspec.mini.corpus import load_corpus
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
@@ -95,6 +101,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
     ds = corpus[split]
     ds = ds.filter(lambda l: l == "en", input_columns="language", keep_in_memory=True).select(range(n))
     sampling, greedy = Sampling(), Sampling(do_sample=False)
+    silent = smallest_codewords(tts)  # (16,)
     res = {v: dict(refs=[], hyps=[], phons=[], c0_agree=[]) for v in variants}
     for i, row in enumerate(tqdm(ds, desc="diagnose")):
         text = torch.as_tensor(row["phoneme_frames"], dtype=torch.long)  # (T,)
@@ -105,7 +112,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
                 codes = true
             elif v == "c0_only":
                 codes = true.clone()
-                codes[:, 1:] = smallest_codewords(tts)[1:]
+                codes[:, 1:] = silent[1:]
             elif v.startswith("tf_levels_"):
                 codes = teacher_forced_levels(tts, text, true, int(v.rsplit("_", 1)[1]), sampling, g)
             elif v == "tf_cp_greedy":
@@ -126,15 +133,12 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
     for v, r in res.items():
         s = intelligibility_score(r["refs"], r["hyps"], "en", r["phons"])
         table[v] = dict(per=s["per"], cer=s["cer"], wer=s["wer"], c0_agreement=float(np.mean(r["c0_agree"])))
-    result = dict(model=str(model_dir or "data/mini/model"), corpus=str(corpus_dir),sentences=n, split=split, language="en", seed="sentence index",
+    result = dict(model=str(model_dir or "data/mini/model"), corpus=str(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
                   sampling="top-k 50, T = 0.9 (rvqspec.core.sampling.Sampling)", variants=table,
                   **({} if command is None else {"command": command}))
-    text = json.dumps(result, indent=2)
     if out:
-        tmp = Path(out).with_suffix(".tmp")
-        tmp.write_text(text + "\n")
-        tmp.rename(out)
-    print(text)
+        write_json_atomic(out, result, indent=2)
+    print(json.dumps(result, indent=2))
     return result
 
 

@@ -17,34 +17,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from rvqspec.core.jsonfile import write_json_atomic
-from rvqspec.mini.corpus import build_corpus, load_corpus, rows_from_corpus, save_corpus
+from rvqspec.mini.corpus import build_corpus
 from rvqspec.mini.learned_codec import load_codec
+from rvqspec.mini.phonemes import PhonemeTokenizer
 from rvqspec.mini.pipeline import default_data_dir
 from rvqspec.mini.talker_train import MiniModelConfig, train_mini_model
 from rvqspec.mini.text import CorpusConfig
 
+# sibling scripts: scripts/ is on sys.path when this file runs as a script
+import diagnose_intelligibility
+from mini_gate import fit_codec
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def diagnose_module():
-    """scripts/diagnose_intelligibility.py as a module (scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location("diagnose_intelligibility", Path(__file__).with_name(
-        "diagnose_intelligibility.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 VARIANTS = ("resynth", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled", "free")
 
 
@@ -70,18 +61,14 @@ def main(argv=None) -> dict:
     codec_dir = default_data_dir() / "codec"
     codec = load_codec(codec_dir)
     corpus = work / "corpus"
-    if not (corpus / "dataset_dict.json").is_file():
-        rows = rows_from_corpus(load_corpus(work / "corpus_audio", need_audio=True), with_audio=True)
-        for r in rows:
-            r["codes"] = codec.encode(r["audio"]).numpy().astype(np.uint8)
-        save_corpus(rows, corpus, with_audio=False, codebook_size=codec.config.codebook_size)
+    if not (corpus / "dataset_dict.json").is_file():  # the committed codec encodes the gate corpus
+        fit_codec(codec.config, work / "corpus_audio", work, log, fitted=codec)
     log("codes ready")
     mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps)
     metrics = train_mini_model(corpus, codec_dir, work / "model", config=mcfg, tokenizer_path=tok)
     log(f"model trained {metrics}")
-    diag = diagnose_module().main(str(work / "model"), args.sentences, None, VARIANTS, "eval",
-                                                        str(corpus))
-    vocab = len(json.loads(tok.read_text())["tokens"])
+    diag = diagnose_intelligibility.main(str(work / "model"), args.sentences, None, VARIANTS, "eval", str(corpus))
+    vocab = PhonemeTokenizer.load(tok).vocab_size
     result = dict(points=args.points, steps=args.steps, corpus_model_train=args.corpus_model_train, vocab=vocab,
                   train_metrics=metrics, variants=diag["variants"], seconds=round(time.time() - t0),
                   command="python scripts/token_timing_gate.py " + " ".join(argv or sys.argv[1:]),

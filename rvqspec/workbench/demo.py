@@ -77,7 +77,7 @@ class DemoConfig:
     default_N: int = 16                       # operating point when no device profile is available
     profile_calls: int = 200                  # timed calls per size after 20 warm-up calls (seed §3.4)
     wer_utterances: int = 5                   # per language
-    # one seed: the step was 5 of the demo's 12 minutes with two; `rvqspec bench table3` is the
+    # one seed: the step was 5 of the demo's 12 minutes with two; `scripts/table3.py` is the
     # statistical AR-vs-speculative comparison
     wer_seeds: tuple[int, ...] = (0,)
     ab_languages: tuple[str, ...] = ("en", "de", "ja")
