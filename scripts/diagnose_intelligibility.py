@@ -84,14 +84,14 @@ def smallest_codewords(tts: MiniTTS) -> torch.Tensor:
 
 def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
          variants: tuple[str, ...] = VARIANTS, split: str = "eval", corpus_dir: str | None = None,
-         command: str | None = None) -> dict:
+         command: str | None = None, codec_dir: str | None = None) -> dict:
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         print(f"unknown variant {bad[0]!r} (choose from {', '.join(VARIANTS)})", file=sys.stderr)
         raise SystemExit(2)
     torch.set_num_threads(1)
     data = default_data_dir()
-    tts = MiniTTS.load(data, model_dir=model_dir)
+    tts = MiniTTS.load(data, model_dir=model_dir, codec_dir=codec_dir)
     rec = load_recognizer(str(data / "recognizer"))
     corpus_dir = Path(corpus_dir) if corpus_dir else data / "corpus"
     corpus = load_corpus(corpus_dir)
@@ -102,7 +102,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
     ds = ds.filter(lambda l: l == "en", input_columns="language", keep_in_memory=True).select(range(n))
     sampling, greedy = Sampling(), Sampling(do_sample=False)
     silent = smallest_codewords(tts)  # (16,)
-    res = {v: dict(refs=[], hyps=[], phons=[], c0_agree=[]) for v in variants}
+    res = {v: dict(refs=[], hyps=[], phons=[], c0_agree=[], mse=[]) for v in variants}
     for i, row in enumerate(tqdm(ds, desc="diagnose")):
         text = torch.as_tensor(row["phoneme_frames"], dtype=torch.long)  # (T,)
         true = torch.as_tensor(np.asarray(row["codes"]), dtype=torch.long)  # (T, 16)
@@ -129,11 +129,17 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
             r = res[v]
             r["refs"].append(row["text"]), r["hyps"].append(hyp[0]), r["phons"].append(None if ph is None else ph[0])
             r["c0_agree"].append(float((codes[:, 0] == true[:, 0]).float().mean()))
+            # squared error per dimension in the codec's quantized (standardized) space, against the true codes
+            codec = tts.codec
+            m = min(len(codes), len(true))
+            err = codec.standardize(codec.decode_features(codes[:m])) - codec.standardize(codec.decode_features(true[:m]))
+            r["mse"].append(float(err.pow(2).mean()))
     table = {}
     for v, r in res.items():
         s = intelligibility_score(r["refs"], r["hyps"], "en", r["phons"])
-        table[v] = dict(per=s["per"], cer=s["cer"], wer=s["wer"], c0_agreement=float(np.mean(r["c0_agree"])))
-    result = dict(model=str(model_dir or "data/mini/model"), corpus=str(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
+        table[v] = dict(per=s["per"], cer=s["cer"], wer=s["wer"], c0_agreement=float(np.mean(r["c0_agree"])),
+                        feature_mse=float(np.mean(r["mse"])))
+    result = dict(model=str(model_dir or "data/mini/model"), codec=str(codec_dir or "data/mini/codec"), corpus=str(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
                   sampling="top-k 50, T = 0.9 (rvqspec.core.sampling.Sampling)", variants=table,
                   **({} if command is None else {"command": command}))
     if out:
@@ -150,7 +156,8 @@ if __name__ == "__main__":
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--corpus", default=None, help="corpus with codes whose phoneme tokens match --model's tokenizer "
                                                     "(default: the committed data/mini/corpus)")
+    ap.add_argument("--codec", default=None, help="codec dir that decodes --corpus's codes (default: data/mini/codec)")
     ap.add_argument("--out", default=None, help="also write the JSON here (atomically)")
     a = ap.parse_args()
     main(a.model, a.sentences, a.out, tuple(a.variants.split(",")), a.split, a.corpus,
-         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]))
+         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]), a.codec)

@@ -11,6 +11,10 @@ through the committed recognizer.
 Falsified if, at equal steps, points = 4 lowers the tf_c0_true CER (true c0 and history, code
 predictor sampled) by less than 5 points against points = 2.
 
+The same harness measures the corpus size (`--corpus-model-train 6000 --work runs/gates/data6k`):
+more sentences per phoneme-token cell at equal steps (docs/design.md, "Where free-running speech
+loses its intelligibility").
+
 usage: python scripts/token_timing_gate.py --points 4 --steps 1500 --out runs/gates/timing_p4.json
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ from rvqspec.mini.text import CorpusConfig
 
 # sibling scripts: scripts/ is on sys.path when this file runs as a script
 import diagnose_intelligibility
+import predictor_cell_probe
 from mini_gate import fit_codec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +51,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--corpus-model-train", type=int, default=2000)
     ap.add_argument("--sentences", type=int, default=20)
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "gates")
+    ap.add_argument("--falsified-if", default="points = 4 lowers the tf_c0_true CER by less than 5 points against points = 2",
+                    help="the criterion written before the run (another use of the same harness states its own)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -68,11 +75,14 @@ def main(argv=None) -> dict:
     metrics = train_mini_model(corpus, codec_dir, work / "model", config=mcfg, tokenizer_path=tok)
     log(f"model trained {metrics}")
     diag = diagnose_intelligibility.main(str(work / "model"), args.sentences, None, VARIANTS, "eval", str(corpus))
+    probe = predictor_cell_probe.main(["--model", str(work / "model"), "--corpus", str(corpus),
+                                       "--sentences", str(args.sentences), "--out", str(work / "cell_probe.json")])
     vocab = PhonemeTokenizer.load(tok).vocab_size
     result = dict(points=args.points, steps=args.steps, corpus_model_train=args.corpus_model_train, vocab=vocab,
                   train_metrics=metrics, variants=diag["variants"], seconds=round(time.time() - t0),
+                  cell_probe={k: probe[k] for k in ("coverage", "mass_in_support", "support_size", "variants")},
                   command="python scripts/token_timing_gate.py " + " ".join(argv or sys.argv[1:]),
-                  falsified_if="points = 4 lowers the tf_c0_true CER by less than 5 points against points = 2")
+                  falsified_if=args.falsified_if)
     write_json_atomic(args.out, result)
     return result
 

@@ -1,0 +1,221 @@
+"""Gate: is the code predictor's failure on c1..c5 capacity, or the phoneme it cannot read from the
+talker's state? (issue 14, intelligibility; docs/design.md "Where free-running speech loses its
+intelligibility")
+
+A lookup table that knows only the frame's phoneme token and c0, drawing each of c1..c15 from the
+codes the model_train frames with the same (token, c0) used, reads at 12.9% CER on the gate's eval
+sentences; the code predictor, given the true c0 and the whole true history, 30.1% (per level
+given the true lower levels; `runs/diag`-free: this script's `count_table` and `cp_levels` rows).
+Both err by the same squared feature distance, so the predictor's codes are wrong in the
+directions that carry the phoneme.
+
+Each arm trains a FRESH code predictor on the frozen talker of `--model` (the `--points 2` timing
+gate model unless told), on the talker's teacher-forced hidden states of the gate corpus's
+model_train + train frames, for the same steps and batch:
+  `--arm base`     the committed predictor's size (192 x 5, the 0.6B layout's identity projection);
+  `--arm token`    the same, with a learned embedding of the frame's phoneme token added to the
+                   talker state it reads (a diagnostic, not a deployable model: Qwen3-TTS's
+                   predictor reads only the talker state and c0);
+  `--arm wide`     384 x 5 (mlp 1,152, 8 heads) behind a learned 192 -> 384 projection (the 1.7B
+                   layout's projection, as its width differs from the talker's);
+  `--arm dropout`  the base predictor, with dropout 0.3 on the talker state it reads while training
+                   (regularization: the state's frame-specific detail is what it cannot generalize).
+Measured on `--sentences` eval sentences through the committed recognizer (PER / CER / WER):
+`cp_levels` (true c0; each c_k drawn given the true lower levels, top-k 50 / T 0.9), `cp_frame`
+(true c0, the inner loop sampled as deployed), and the predictor's validation cross-entropy per
+code. `count_table` is the lookup table above, `true` the codec resynthesis.
+
+Written before the run: capacity is supported if `wide` lowers cp_frame's CER by at least 5 points
+against `base`; the phoneme's readout is the bottleneck if `token` lowers it by at least 10 points
+against `base` (towards count_table); both falsified if neither moves by 5. Dropout (run after
+those three) is supported if it lowers cp_frame's CER by at least 5 points against `base`.
+
+usage: python scripts/cp_capacity_gate.py --arm base --steps 1500 --out docs/measurements/intelligibility/cp_gate_base.json
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from rvqspec.core.checkpoint import load_qwen3_tts
+from rvqspec.core.config import CodePredictorConfig
+from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
+from rvqspec.core.jsonfile import write_json_atomic
+from rvqspec.core.model import MultiCodeDecoder
+from rvqspec.core.sampling import Sampling, probs
+from rvqspec.mini.corpus import load_corpus
+from rvqspec.mini.learned_codec import load_codec
+from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
+from rvqspec.mini.pipeline import default_data_dir
+from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
+from rvqspec.real.asr import load_recognizer
+
+REPO = Path(__file__).resolve().parents[1]
+GATE = REPO / "runs" / "gates" / "timing_p2"  # scripts/token_timing_gate.py --points 2
+ARMS = ("base", "token", "wide", "dropout")
+
+
+def english_rows(corpus, split: str, n: int | None = None) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    ds = corpus[split].filter(lambda lang: lang == "en", input_columns="language", keep_in_memory=True)
+    ds = ds.select(range(min(n or len(ds), len(ds))))
+    return [(np.asarray(r["phoneme_frames"], dtype=np.int64), np.asarray(r["codes"], dtype=np.int64), r["text"])
+            for r in ds]
+
+
+@torch.inference_mode()
+def talker_states(model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(hidden (N, E), codes (N, 16), tokens (N,)) of every frame, the talker on the true history."""
+    hs = []
+    for t, c, _ in rows:
+        h, _ = teacher_forced_talker(model.talker, model.code_predictor, torch.from_numpy(t).view(1, -1),
+                                     torch.from_numpy(c).view(1, -1, 16))
+        hs.append(h[0])
+    return (torch.cat(hs), torch.from_numpy(np.concatenate([c for _, c, _ in rows])),
+            torch.from_numpy(np.concatenate([t for t, _, _ in rows])))
+
+
+class Predictor(torch.nn.Module):
+    """A fresh MultiCodeDecoder on a frozen talker; `token_vocab` adds a token embedding to the state."""
+
+    def __init__(self, arm: str, talker_hidden: int, vocab: int, c0_embedding: torch.nn.Embedding, token_vocab: int):
+        super().__init__()
+        width = 384 if arm == "wide" else talker_hidden
+        heads = 8 if arm == "wide" else 4
+        self.cp = MultiCodeDecoder(CodePredictorConfig(
+            vocab_size=vocab, hidden_size=width, intermediate_size=3 * width, num_hidden_layers=5,
+            num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=width // heads,
+            max_position_embeddings=64, talker_hidden_size=talker_hidden))
+        self.cp.set_c0_embedding(c0_embedding)
+        self.token = torch.nn.Embedding(token_vocab, talker_hidden) if arm == "token" else None
+        self.dropout = 0.3 if arm == "dropout" else 0.0
+        if self.token is not None:
+            torch.nn.init.zeros_(self.token.weight)  # starts as the base arm
+
+    def state(self, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        if self.token is not None:
+            hidden = hidden + self.token(tokens)
+        return F.dropout(hidden, self.dropout, self.training) if self.dropout else hidden
+
+    def logits(self, hidden, codes, tokens, differentiable: bool) -> torch.Tensor:
+        hid = teacher_forced_inner(self.cp, self.state(hidden, tokens), codes, differentiable=differentiable)
+        return self.cp.lm_logits(hid, torch.arange(15))  # (N, 15, V): head p-1 emits c_p
+
+
+def train(pred: Predictor, h, codes, toks, steps: int, batch: int, lr: float, g: torch.Generator) -> list[float]:
+    params = [p for p in pred.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = min(100, max(1, steps // 10))  # 100 at the gate's 1,500 steps
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    hist = []
+    bar = tqdm(range(steps), desc="code predictor", unit="step")
+    for step in bar:
+        idx = torch.randint(0, h.shape[0], (batch,), generator=g)
+        lg = pred.logits(h[idx], codes[idx], toks[idx], differentiable=True)
+        loss = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), codes[idx, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        hist.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    return hist
+
+
+@torch.inference_mode()
+def evaluate(pred: Predictor, model, codec, rows, tables, n: int) -> dict:
+    rec = load_recognizer(str(default_data_dir() / "recognizer"))
+    sampling = Sampling()
+    out = defaultdict(lambda: ([], [], []))
+    ce = []
+    for i, (t, c, text) in enumerate(tqdm(rows, desc="eval")):
+        h, ct, tk = talker_states(model, [(t, c, text)])
+        lg = pred.logits(h, ct, tk, differentiable=False)  # (T, 15, V)
+        ce.append(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), ct[:, 1:].reshape(-1), reduction="sum").item())
+        if i >= n:
+            continue
+        g = torch.Generator().manual_seed(i)
+        p = probs(lg, sampling)  # (T, 15, V): the deployed law per level
+        levels = ct.clone()
+        levels[:, 1:] = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=g).view(-1, 15)
+        frame = ct.clone()
+        state = pred.state(h, tk)  # (T, E)
+        for j in range(ct.shape[0]):
+            frame[j, 1:] = pred.cp.generate_frame(state[j].view(1, 1, -1), ct[j, :1].view(1, 1),
+                                                  sampling=sampling, generator=g).view(15)
+        table = ct.clone()
+        for j in range(ct.shape[0]):
+            cnt = tables.get((int(tk[j]), int(ct[j, 0])))
+            if cnt is not None:
+                q = torch.from_numpy(cnt / cnt.sum(-1, keepdims=True))  # (15, V)
+                table[j, 1:] = torch.multinomial(q, 1, generator=g).view(15)
+        for name, codes in (("true", ct), ("count_table", table), ("cp_levels", levels), ("cp_frame", frame)):
+            audio = np.asarray(codec.decode(codes), dtype=np.float32)
+            hyp, ph = transcribe_scored(rec, [audio], int(codec.config.sample_rate), "en")
+            out[name][0].append(text), out[name][1].append(hyp[0]), out[name][2].append(None if ph is None else ph[0])
+    frames = sum(len(t) for t, _, _ in rows)
+    res = {}
+    for name, (refs, hyps, phons) in out.items():
+        s = intelligibility_score(refs, hyps, "en", phons)
+        res[name] = dict(per=s["per"], cer=s["cer"], wer=s["wer"])
+    return dict(variants=res, val_ce_per_code=ce and sum(ce) / (frames * 15))
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arm", choices=ARMS, required=True)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--sentences", type=int, default=20)
+    ap.add_argument("--gate", type=Path, default=GATE, help="work dir of a gate model: model/ and corpus/")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    model = load_qwen3_tts(args.gate / "model")
+    for p in list(model.talker.parameters()) + list(model.code_predictor.parameters()):
+        p.requires_grad_(False)
+    corpus = load_corpus(args.gate / "corpus")
+    train_rows = english_rows(corpus, "model_train") + english_rows(corpus, "train")
+    h, codes, toks = talker_states(model, train_rows)  # (N, E), (N, 16), (N,)
+    print(f"[cp gate {args.arm}] {h.shape[0]} training frames in {time.time() - t0:.0f} s", flush=True)
+    vocab = int(model.code_predictor.config.vocab_size)
+    cnt = defaultdict(lambda: np.zeros((15, vocab)))
+    for tk, c in zip(toks.tolist(), codes.numpy()):
+        cnt[(tk, int(c[0]))][np.arange(15), c[1:]] += 1
+    tables = dict(cnt)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    token_vocab = PhonemeTokenizer.load(args.gate / "model" / TOKENIZER_FILE).vocab_size
+    pred = Predictor(args.arm, h.shape[1], vocab, model.talker.model.codec_embedding, token_vocab)
+    hist = train(pred, h, codes, toks, args.steps, args.batch, args.lr, g)
+    pred.eval()
+    codec = load_codec(default_data_dir() / "codec")
+    ev = english_rows(corpus, "eval", 40)
+    result = dict(arm=args.arm, steps=args.steps, batch=args.batch, lr=args.lr, training_frames=int(h.shape[0]),
+                  parameters=sum(p.numel() for p in pred.parameters() if p.requires_grad),
+                  final_train_ce=float(np.mean(hist[-50:])), **evaluate(pred, model, codec, ev, tables, args.sentences),
+                  sentences=args.sentences, seconds=round(time.time() - t0),
+                  command="python scripts/cp_capacity_gate.py " + " ".join(argv or sys.argv[1:]),
+                  falsified_if=("wide lowers cp_frame CER by < 5 points against base (capacity), token by < 10 "
+                                "(the phoneme's readout); both falsified if neither moves by 5"))
+    write_json_atomic(args.out, result)
+    print({k: v["cer"] for k, v in result["variants"].items()}, result["val_ce_per_code"])
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""Gate: a codec whose level 0 is phonetic (issue 14, intelligibility; docs/design.md "Where
+free-running speech loses its intelligibility").
+
+In Qwen3-TTS's tokenizer level 0 is semantic (distilled from a speech representation model), so a
+wrong residual costs detail, not a sound. The committed codec's level 0 is plain k-means on the
+frame's spectrum: c0 alone reads at 41% CER, and the code predictor's wrong c1..c5 are wrong
+phonemes. Here level 0 is assigned in a phoneme-discriminant subspace instead:
+- at fit time, Fisher LDA of the standardized frame vectors against the frame's phoneme token
+  (labels exist only while fitting, as a real tokenizer's semantic teacher exists only in training);
+- c0 = k-means (256) in the first `--lda` discriminant directions; its codeword in the full space is
+  the mean of the frames it takes, so decoding is the unchanged RVQ sum;
+- c1..c15: the committed recipe (entropy-constrained residual k-means, rate_lambda 0.001) on what
+  is left. Encoding needs no label: project, assign c0, then the residual levels.
+
+Arms: `--lda 0` refits the committed recipe on the same audio (the baseline), `--lda d` the
+phonetic level 0. Every arm reuses the English gate corpus of `scripts/token_timing_gate.py
+--points 2` (2,000 model_train sentences) and the committed recognizer.
+
+Codec half (no model; `--codec-only`), on `--sentences` eval sentences: CER / PER of resynthesis,
+of c0 alone (residuals at their smallest codewords), and of c0 with the residuals c1..c15 copied
+from a random model_train frame with the same c0 (`c0_shuffle`: what a code predictor that knew only
+c0 would say) or the same c0 and phoneme token (`tok_c0_shuffle`); per-level marginal entropy and a
+count model's cross-entropy given the phoneme token.
+Model half: a mini model in the committed layout trained `--steps` on the arm's codes, then
+`scripts/diagnose_intelligibility.py`'s decompositions through the arm's codec.
+
+Written before the run. The codec half is falsified if c0_shuffle's CER is not at least 10 points
+below the baseline arm's or resynthesis costs more than 2 points over the baseline's. The model half
+is falsified if tf_c0_true's or free-running CER is not at least 10 points below the
+`--points 2` timing-gate model's (37.0% / 48.0%, docs/measurements/intelligibility/timing_gate_p2.json).
+
+usage: python scripts/level0_gate.py --lda 32 --codec-only --out runs/gates/level0_lda32_codec.json
+       python scripts/level0_gate.py --lda 32 --steps 1500 --out docs/measurements/intelligibility/level0_lda32.json
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.linalg
+import torch
+from safetensors.torch import load_file, save_file
+
+from rvqspec.core.jsonfile import write_json_atomic
+from rvqspec.mini.codec import RVQCodec, _assign, kmeans, rate_cost
+from rvqspec.mini.corpus import load_corpus, rows_from_corpus, save_corpus
+from rvqspec.mini.phonemes import PhonemeTokenizer
+from rvqspec.mini.pipeline import default_data_dir
+from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
+from rvqspec.mini.talker_train import MiniModelConfig, train_mini_model
+from rvqspec.real.asr import load_recognizer
+
+# sibling scripts: scripts/ is on sys.path when this file runs as a script
+import diagnose_intelligibility
+from mini_gate import codec_statistics
+
+REPO = Path(__file__).resolve().parents[1]
+GATE = REPO / "runs" / "gates" / "timing_p2"  # scripts/token_timing_gate.py --points 2
+LDA_FILE = "level0_lda.safetensors"
+VARIANTS = ("resynth", "c0_only", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled", "free")
+
+
+def lda_basis(x: torch.Tensor, labels: torch.Tensor, d: int, reg: float = 1e-3) -> torch.Tensor:
+    """(D, d) Fisher discriminant directions of x (N, D) for integer labels (N,): the top-d
+    generalized eigenvectors of (between-class, within-class) scatter, scaled so that the
+    within-class covariance is the identity in the projected space."""
+    n, D = x.shape
+    _, inv = torch.unique(labels, return_inverse=True)
+    counts = torch.bincount(inv).to(x.dtype)  # (C,)
+    means = torch.zeros(len(counts), D, dtype=x.dtype).index_add_(0, inv, x) / counts[:, None]  # (C, D)
+    within = x - means[inv]  # (N, D)
+    sw = (within.T @ within / n).double().numpy()  # (D, D)
+    centred = means - x.mean(0)  # (C, D)
+    sb = ((centred * counts[:, None]).T @ centred / n).double().numpy()  # (D, D)
+    sw += reg * np.trace(sw) / D * np.eye(D)
+    _, vecs = scipy.linalg.eigh(sb, sw)  # ascending; vecs.T @ sw @ vecs = I
+    return torch.from_numpy(np.ascontiguousarray(vecs[:, ::-1][:, :d])).to(x.dtype)  # (D, d)
+
+
+class Level0Codec:
+    """A committed-recipe RVQCodec whose level-0 assignment runs in an LDA subspace."""
+
+    def __init__(self, codec: RVQCodec, basis: torch.Tensor | None = None, centroids: torch.Tensor | None = None):
+        self.codec, self.basis, self.centroids = codec, basis, centroids  # (D, d), (K, d)
+
+    @classmethod
+    def fit(cls, audios, labels, lda: int, base: RVQCodec, g: torch.Generator, log) -> Level0Codec:
+        codec = RVQCodec(base.config)
+        c = codec.config
+        feats = torch.cat([codec.project(codec.features(a)) for a in audios])  # (N, D)
+        lab = torch.cat([torch.as_tensor(np.asarray(t), dtype=torch.long) for t in labels])  # (N,)
+        if feats.shape[0] != lab.shape[0]:
+            raise ValueError(f"{feats.shape[0]} codec frames against {lab.shape[0]} phoneme frames")
+        codec.mean, codec.std = feats.mean(0), feats.std(0).clamp_min(1e-3)  # per_dim scaling (committed)
+        x = (feats - codec.mean) / codec.std  # (N, D)
+        keep = torch.randperm(x.shape[0], generator=g)[:c.fit_max_frames]
+        x, lab = x[keep], lab[keep]
+        books, priors, basis, cent = [], [], None, None
+        resid = x.clone()
+        for q in range(c.num_codebooks):
+            if q == 0 and lda:
+                basis = lda_basis(x, lab, lda)  # (D, d)
+                cent, _ = kmeans(x @ basis, c.codebook_size, c.kmeans_iters, g, c.kmeans_init_sample)  # (K, d)
+                idx, _ = _assign(x @ basis, cent)
+                counts = torch.bincount(idx, minlength=c.codebook_size).to(x.dtype)  # (K,)
+                cb = torch.zeros(c.codebook_size, x.shape[1]).index_add_(0, idx, x) / counts.clamp_min(1)[:, None]
+                lp = (counts / x.shape[0]).clamp_min(1e-3 / x.shape[0]).log()  # (K,)
+            else:
+                cb, lp = kmeans(resid, c.codebook_size, c.kmeans_iters, g, c.kmeans_init_sample, None, c.rate_lambda)
+                idx, _ = _assign(resid, cb, cost=rate_cost(lp, c.rate_lambda, resid.shape[1]))
+            resid -= cb[idx]
+            books.append(cb)
+            priors.append(lp)
+            log(f"codebook {q}: residual {resid.pow(2).mean().item():.3f}")
+        codec.codebooks, codec.log_prior = torch.stack(books), torch.stack(priors)  # (Q, K, D), (Q, K)
+        return cls(codec, basis, cent)
+
+    def encode(self, audio) -> torch.Tensor:
+        """(T, 16) codes; level 0 by the LDA assignment when there is one (no rate term there)."""
+        codec = self.codec
+        x = codec.standardize(codec.features(audio))  # (T, D)
+        codes, resid = [], x
+        for q, (cb, lp) in enumerate(zip(codec.codebooks, codec.log_prior)):
+            if q == 0 and self.basis is not None:
+                idx, _ = _assign(x @ self.basis, self.centroids)
+            else:
+                idx, _ = _assign(resid, cb, cost=rate_cost(lp, codec.config.rate_lambda, resid.shape[1]))
+            resid = resid - cb[idx]
+            codes.append(idx)
+        return torch.stack(codes, 1)  # (T, Q)
+
+    def save(self, directory: Path) -> None:
+        self.codec.save(directory)  # decoding is the plain RVQ sum: an RVQCodec directory
+        if self.basis is not None:
+            save_file({"basis": self.basis.contiguous(), "centroids": self.centroids.contiguous()},
+                      str(directory / LDA_FILE))
+
+    @classmethod
+    def load(cls, directory: Path) -> Level0Codec:
+        extra = load_file(str(directory / LDA_FILE)) if (directory / LDA_FILE).is_file() else {}
+        return cls(RVQCodec.load(directory), extra.get("basis"), extra.get("centroids"))
+
+
+def shuffled_residuals(codes: torch.Tensor, tokens: np.ndarray, pool: dict, pool_c0: dict,
+                       g: np.random.Generator, by_token: bool, levelwise: bool = False) -> torch.Tensor:
+    """codes (T, 16) with c1..c15 of each frame copied from a random model_train frame that shares
+    its c0 (and, by_token, its phoneme token when such a frame exists); `levelwise`: each level from
+    its own random such frame (the same per-level laws without the frame's joint coherence)."""
+    out = codes.clone()
+    for t in range(codes.shape[0]):
+        c0 = int(codes[t, 0])
+        cands = pool.get((int(tokens[t]), c0)) if by_token else None
+        if cands is None:
+            cands = pool_c0.get(c0)
+        if cands is None:
+            continue
+        if levelwise:
+            pick = g.integers(len(cands), size=cands.shape[1])  # (15,)
+            out[t, 1:] = torch.from_numpy(cands[pick, np.arange(cands.shape[1])])
+        else:
+            out[t, 1:] = torch.from_numpy(cands[g.integers(len(cands))])
+    return out
+
+
+def codec_half(corpus: Path, codec: RVQCodec, vocab: int, n: int) -> dict:
+    rec = load_recognizer(str(default_data_dir() / "recognizer"))
+    dd = load_corpus(corpus)
+    tr = dd["model_train"]
+    toks = np.concatenate([np.asarray(t) for t in tr["phoneme_frames"]])  # (N,)
+    allc = np.concatenate([np.asarray(c) for c in tr["codes"]]).astype(np.int64)  # (N, 16)
+    pool, pool_c0 = {}, {}
+    for key, rows in ((lambda i: (int(toks[i]), int(allc[i, 0])), pool), (lambda i: int(allc[i, 0]), pool_c0)):
+        order = {}
+        for i in range(len(toks)):
+            order.setdefault(key(i), []).append(i)
+        rows.update({k: allc[v, 1:] for k, v in order.items()})
+    silent = codec.codebooks.norm(dim=-1).argmin(dim=-1)  # (16,)
+    ev = dd["eval"].select(range(n))
+    res = {v: ([], [], [], []) for v in ("resynth", "c0_only", "c0_shuffle", "tok_c0_shuffle", "tok_c0_levelwise")}
+    for i, row in enumerate(ev):
+        true = torch.as_tensor(np.asarray(row["codes"]), dtype=torch.long)  # (T, 16)
+        tok = np.asarray(row["phoneme_frames"])
+        g = np.random.default_rng(i)
+        c0_only = true.clone()
+        c0_only[:, 1:] = silent[1:]
+        for v, codes in (("resynth", true), ("c0_only", c0_only),
+                         ("c0_shuffle", shuffled_residuals(true, tok, pool, pool_c0, g, False)),
+                         ("tok_c0_shuffle", shuffled_residuals(true, tok, pool, pool_c0, g, True)),
+                         ("tok_c0_levelwise", shuffled_residuals(true, tok, pool, pool_c0, g, True, True))):
+            audio = np.asarray(codec.decode(codes), dtype=np.float32)
+            # squared error in the quantized (standardized) space, per dimension, against the true codes
+            err = (codec.standardize(codec.decode_features(codes)) - codec.standardize(codec.decode_features(true)))
+            res[v][3].append(float(err.pow(2).mean()))
+            hyp, ph = transcribe_scored(rec, [audio], int(codec.config.sample_rate), "en")
+            res[v][0].append(row["text"]), res[v][1].append(hyp[0]), res[v][2].append(None if ph is None else ph[0])
+    table = {}
+    for v, (refs, hyps, phons, mse) in res.items():
+        s = intelligibility_score(refs, hyps, "en", phons)
+        table[v] = dict(per=s["per"], cer=s["cer"], wer=s["wer"], feature_mse=float(np.mean(mse)))
+    return dict(variants=table, statistics=codec_statistics(corpus, int(codec.config.codebook_size), vocab))
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lda", type=int, required=True, help="discriminant directions for level 0 (0: the baseline)")
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--codec-only", action="store_true")
+    ap.add_argument("--sentences", type=int, default=20)
+    ap.add_argument("--gate", type=Path, default=GATE, help="the timing gate's --points 2 work dir")
+    ap.add_argument("--work", type=Path, default=REPO / "runs" / "gates")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    t0 = time.time()
+    work = args.work / f"level0_lda{args.lda}"
+    log = lambda m: print(f"[level0 lda{args.lda} {time.time() - t0:6.0f}s] {m}", flush=True)
+    tok_path = args.gate / "phoneme_tokenizer.json"
+    corpus = work / "corpus"
+    if not (corpus / "dataset_dict.json").is_file():
+        dd = load_corpus(args.gate / "corpus_audio", need_audio=True)
+        tr = dd["model_train"].with_format("numpy")
+        audios = [np.asarray(a, dtype=np.float32) for a in tr["audio"]]
+        labels = [np.asarray(p, dtype=np.int64) for p in dd["model_train"]["phoneme_frames"]]
+        g = torch.Generator().manual_seed(0)
+        l0 = Level0Codec.fit(audios, labels, args.lda, RVQCodec.load(default_data_dir() / "codec"), g, log)
+        log("codec fitted")
+        rows = rows_from_corpus(dd, with_audio=True)
+        for r in rows:
+            r["codes"] = l0.encode(r["audio"]).numpy().astype(np.uint8)
+        l0.save(work / "codec")
+        save_corpus(rows, corpus, with_audio=False, codebook_size=int(l0.codec.config.codebook_size))
+    log("codes ready")
+    codec = RVQCodec.load(work / "codec")
+    vocab = PhonemeTokenizer.load(tok_path).vocab_size
+    result = dict(lda=args.lda, codec_half=codec_half(corpus, codec, vocab, args.sentences))
+    log(f"codec half {result['codec_half']['variants']}")
+    if not args.codec_only:
+        mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps)
+        metrics = train_mini_model(corpus, work / "codec", work / "model", config=mcfg, tokenizer_path=tok_path)
+        log(f"model trained {metrics}")
+        diag = diagnose_intelligibility.main(str(work / "model"), args.sentences, None, VARIANTS, "eval", str(corpus),
+                                             codec_dir=str(work / "codec"))
+        result.update(steps=args.steps, train_metrics=metrics, variants=diag["variants"])
+    result.update(seconds=round(time.time() - t0), sentences=args.sentences,
+                  command="python scripts/level0_gate.py " + " ".join(argv or sys.argv[1:]),
+                  falsified_if=("codec half: c0_shuffle CER not >= 10 points below the lda 0 arm's, or resynthesis "
+                                "> 2 points above it; model half: tf_c0_true or free CER not >= 10 points below "
+                                "the timing gate's points = 2 model (37.0 / 48.0)"))
+    write_json_atomic(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
