@@ -56,6 +56,7 @@ from rvqspec.real.asr import load_recognizer
 
 # sibling scripts: scripts/ is on sys.path when this file runs as a script
 import diagnose_intelligibility
+import predictor_cell_probe
 from mini_gate import codec_statistics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,7 +245,11 @@ def main(argv=None) -> dict:
         log(f"model trained {metrics}")
         diag = diagnose_intelligibility.main(str(work / "model"), args.sentences, None, VARIANTS, "eval", str(corpus),
                                              codec_dir=str(work / "codec"))
-        result.update(steps=args.steps, train_metrics=metrics, variants=diag["variants"])
+        probe = predictor_cell_probe.main(["--model", str(work / "model"), "--corpus", str(corpus), "--codec",
+                                           str(work / "codec"), "--sentences", str(args.sentences),
+                                           "--out", str(work / "cell_probe.json")])
+        result.update(steps=args.steps, train_metrics=metrics, variants=diag["variants"],
+                      cell_probe={k: probe[k] for k in ("coverage", "mass_in_support", "support_size", "variants")})
     result.update(seconds=round(time.time() - t0), sentences=args.sentences,
                   command="python scripts/level0_gate.py " + " ".join(argv or sys.argv[1:]),
                   falsified_if=("codec half: c0_shuffle CER not >= 10 points below the lda 0 arm's, or resynthesis "
