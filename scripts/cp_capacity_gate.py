@@ -56,19 +56,16 @@ from rvqspec.mini.corpus import load_corpus
 from rvqspec.mini.learned_codec import load_codec
 from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 from rvqspec.mini.pipeline import default_data_dir
-from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
+from rvqspec.mini.recognizer import intelligibility_score
 from rvqspec.real.asr import load_recognizer
+
+# sibling scripts: scripts/ is on sys.path when this file runs as a script
+from diagnose_intelligibility import read_aloud
+from predictor_cell_probe import cell_counts, english
 
 REPO = Path(__file__).resolve().parents[1]
 GATE = REPO / "runs" / "gates" / "timing_p2"  # scripts/token_timing_gate.py --points 2
 ARMS = ("base", "token", "wide", "dropout")
-
-
-def english_rows(corpus, split: str, n: int | None = None) -> list[tuple[np.ndarray, np.ndarray, str]]:
-    ds = corpus[split].filter(lambda lang: lang == "en", input_columns="language", keep_in_memory=True)
-    ds = ds.select(range(min(n or len(ds), len(ds))))
-    return [(np.asarray(r["phoneme_frames"], dtype=np.int64), np.asarray(r["codes"], dtype=np.int64), r["text"])
-            for r in ds]
 
 
 @torch.inference_mode()
@@ -161,9 +158,8 @@ def evaluate(pred: Predictor, model, codec, rows, tables, n: int) -> dict:
                 q = torch.from_numpy(cnt / cnt.sum(-1, keepdims=True))  # (15, V)
                 table[j, 1:] = torch.multinomial(q, 1, generator=g).view(15)
         for name, codes in (("true", ct), ("count_table", table), ("cp_levels", levels), ("cp_frame", frame)):
-            audio = np.asarray(codec.decode(codes), dtype=np.float32)
-            hyp, ph = transcribe_scored(rec, [audio], int(codec.config.sample_rate), "en")
-            out[name][0].append(text), out[name][1].append(hyp[0]), out[name][2].append(None if ph is None else ph[0])
+            hyp, ph = read_aloud(rec, codec, codes)
+            out[name][0].append(text), out[name][1].append(hyp), out[name][2].append(ph)
     frames = sum(len(t) for t, _, _ in rows)
     res = {}
     for name, (refs, hyps, phons) in out.items():
@@ -189,14 +185,11 @@ def main(argv=None) -> dict:
     for p in list(model.talker.parameters()) + list(model.code_predictor.parameters()):
         p.requires_grad_(False)
     corpus = load_corpus(args.gate / "corpus")
-    train_rows = english_rows(corpus, "model_train") + english_rows(corpus, "train")
+    train_rows = english(corpus, "model_train") + english(corpus, "train")
     h, codes, toks = talker_states(model, train_rows)  # (N, E), (N, 16), (N,)
     print(f"[cp gate {args.arm}] {h.shape[0]} training frames in {time.time() - t0:.0f} s", flush=True)
     vocab = int(model.code_predictor.config.vocab_size)
-    cnt = defaultdict(lambda: np.zeros((15, vocab)))
-    for tk, c in zip(toks.tolist(), codes.numpy()):
-        cnt[(tk, int(c[0]))][np.arange(15), c[1:]] += 1
-    tables = dict(cnt)
+    tables = cell_counts(train_rows, vocab)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     token_vocab = PhonemeTokenizer.load(args.gate / "model" / TOKENIZER_FILE).vocab_size
@@ -204,7 +197,7 @@ def main(argv=None) -> dict:
     hist = train(pred, h, codes, toks, args.steps, args.batch, args.lr, g)
     pred.eval()
     codec = load_codec(default_data_dir() / "codec")
-    ev = english_rows(corpus, "eval", 40)
+    ev = english(corpus, "eval", 40)
     result = dict(arm=args.arm, steps=args.steps, batch=args.batch, lr=args.lr, training_frames=int(h.shape[0]),
                   parameters=sum(p.numel() for p in pred.parameters() if p.requires_grad),
                   final_train_ce=float(np.mean(hist[-50:])), **evaluate(pred, model, codec, ev, tables, args.sentences),

@@ -82,6 +82,21 @@ def smallest_codewords(tts: MiniTTS) -> torch.Tensor:
     return tts.codec.codebooks.norm(dim=-1).argmin(dim=-1)
 
 
+def read_aloud(recognizer, codec, codes: torch.Tensor) -> tuple[str, list[str] | None]:
+    """(English transcript, phonemes or None) of codes (T, 16) decoded by `codec`."""
+    audio = np.asarray(codec.decode(codes), dtype=np.float32)
+    hyp, ph = transcribe_scored(recognizer, [audio], int(codec.config.sample_rate), "en")
+    return hyp[0], None if ph is None else ph[0]
+
+
+def feature_mse(codec, codes: torch.Tensor, true: torch.Tensor) -> float:
+    """Squared error per dimension of codes (T, 16) against the true codes (T', 16), in the codec's
+    quantized (standardized) space, over the frames both have."""
+    m = min(len(codes), len(true))
+    err = codec.standardize(codec.decode_features(codes[:m])) - codec.standardize(codec.decode_features(true[:m]))
+    return float(err.pow(2).mean())
+
+
 def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
          variants: tuple[str, ...] = VARIANTS, split: str = "eval", corpus_dir: str | None = None,
          command: str | None = None, codec_dir: str | None = None) -> dict:
@@ -124,16 +139,11 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
                 inner = greedy if v == "free_greedy" else sampling
                 codes, _ = synthesize_codes(tts.talker, tts.code_predictor, text, tts.codebook_size,
                                             sampling=inner, generator=g, talker_sampling=talk)
-            audio = np.asarray(tts.codec.decode(codes), dtype=np.float32)
-            hyp, ph = transcribe_scored(rec, [audio], int(tts.codec.config.sample_rate), "en")
+            hyp, ph = read_aloud(rec, tts.codec, codes)
             r = res[v]
-            r["refs"].append(row["text"]), r["hyps"].append(hyp[0]), r["phons"].append(None if ph is None else ph[0])
+            r["refs"].append(row["text"]), r["hyps"].append(hyp), r["phons"].append(ph)
             r["c0_agree"].append(float((codes[:, 0] == true[:, 0]).float().mean()))
-            # squared error per dimension in the codec's quantized (standardized) space, against the true codes
-            codec = tts.codec
-            m = min(len(codes), len(true))
-            err = codec.standardize(codec.decode_features(codes[:m])) - codec.standardize(codec.decode_features(true[:m]))
-            r["mse"].append(float(err.pow(2).mean()))
+            r["mse"].append(feature_mse(tts.codec, codes, true))
     table = {}
     for v, r in res.items():
         s = intelligibility_score(r["refs"], r["hyps"], "en", r["phons"])

@@ -50,7 +50,7 @@ from rvqspec.mini.codec import RVQCodec, _assign, kmeans, rate_cost
 from rvqspec.mini.corpus import load_corpus, rows_from_corpus, save_corpus
 from rvqspec.mini.phonemes import PhonemeTokenizer
 from rvqspec.mini.pipeline import default_data_dir
-from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
+from rvqspec.mini.recognizer import intelligibility_score
 from rvqspec.mini.talker_train import MiniModelConfig, train_mini_model
 from rvqspec.real.asr import load_recognizer
 
@@ -192,12 +192,9 @@ def codec_half(corpus: Path, codec: RVQCodec, vocab: int, n: int) -> dict:
                          ("c0_shuffle", shuffled_residuals(true, tok, pool, pool_c0, g, False)),
                          ("tok_c0_shuffle", shuffled_residuals(true, tok, pool, pool_c0, g, True)),
                          ("tok_c0_levelwise", shuffled_residuals(true, tok, pool, pool_c0, g, True, True))):
-            audio = np.asarray(codec.decode(codes), dtype=np.float32)
-            # squared error in the quantized (standardized) space, per dimension, against the true codes
-            err = (codec.standardize(codec.decode_features(codes)) - codec.standardize(codec.decode_features(true)))
-            res[v][3].append(float(err.pow(2).mean()))
-            hyp, ph = transcribe_scored(rec, [audio], int(codec.config.sample_rate), "en")
-            res[v][0].append(row["text"]), res[v][1].append(hyp[0]), res[v][2].append(None if ph is None else ph[0])
+            hyp, ph = diagnose_intelligibility.read_aloud(rec, codec, codes)
+            res[v][0].append(row["text"]), res[v][1].append(hyp), res[v][2].append(ph)
+            res[v][3].append(diagnose_intelligibility.feature_mse(codec, codes, true))
     table = {}
     for v, (refs, hyps, phons, mse) in res.items():
         s = intelligibility_score(refs, hyps, "en", phons)

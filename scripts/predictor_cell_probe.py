@@ -33,8 +33,11 @@ from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.core.sampling import Sampling, probs
 from rvqspec.mini.corpus import load_corpus
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
-from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
+from rvqspec.mini.recognizer import intelligibility_score
 from rvqspec.real.asr import load_recognizer
+
+# sibling scripts: scripts/ is on sys.path when this file runs as a script
+import diagnose_intelligibility
 
 
 def english(corpus, split: str, n: int | None = None) -> list[tuple[np.ndarray, np.ndarray, str]]:
@@ -102,11 +105,9 @@ def main(argv=None) -> dict:
             s[:, 1:] = torch.multinomial(law.reshape(-1, V), 1, generator=g).view(-1, 15)
             drawn[name] = s
         for name, codes in (("resynth", ct), *drawn.items(), ("count_table", table)):
-            audio = np.asarray(tts.codec.decode(codes), dtype=np.float32)
-            hyp, ph = transcribe_scored(rec, [audio], int(tts.codec.config.sample_rate), "en")
-            out[name][0].append(text), out[name][1].append(hyp[0]), out[name][2].append(None if ph is None else ph[0])
-            err = tts.codec.standardize(tts.codec.decode_features(codes)) - tts.codec.standardize(tts.codec.decode_features(ct))
-            out[name][3].append(float(err.pow(2).mean()))
+            hyp, ph = diagnose_intelligibility.read_aloud(rec, tts.codec, codes)
+            out[name][0].append(text), out[name][1].append(hyp), out[name][2].append(ph)
+            out[name][3].append(diagnose_intelligibility.feature_mse(tts.codec, codes, ct))
     variants = {}
     for name, (refs, hyps, phons, mse) in out.items():
         s = intelligibility_score(refs, hyps, "en", phons)
