@@ -99,7 +99,7 @@ def feature_mse(codec, codes: torch.Tensor, true: torch.Tensor) -> float:
 
 def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
          variants: tuple[str, ...] = VARIANTS, split: str = "eval", corpus_dir: str | None = None,
-         command: str | None = None, codec_dir: str | None = None) -> dict:
+         command: str | None = None, codec_dir: str | None = None, recognizer_dir: str | None = None) -> dict:
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         print(f"unknown variant {bad[0]!r} (choose from {', '.join(VARIANTS)})", file=sys.stderr)
@@ -107,7 +107,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
     torch.set_num_threads(1)
     data = default_data_dir()
     tts = MiniTTS.load(data, model_dir=model_dir, codec_dir=codec_dir)
-    rec = load_recognizer(str(data / "recognizer"))
+    rec = load_recognizer(str(recognizer_dir or data / "recognizer"))
     corpus_dir = Path(corpus_dir) if corpus_dir else data / "corpus"
     corpus = load_corpus(corpus_dir)
     if split not in corpus:
@@ -149,7 +149,8 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
         s = intelligibility_score(r["refs"], r["hyps"], "en", r["phons"])
         table[v] = dict(per=s["per"], cer=s["cer"], wer=s["wer"], c0_agreement=float(np.mean(r["c0_agree"])),
                         feature_mse=float(np.mean(r["mse"])))
-    result = dict(model=str(model_dir or "data/mini/model"), codec=str(codec_dir or "data/mini/codec"), corpus=str(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
+    result = dict(model=str(model_dir or "data/mini/model"), codec=str(codec_dir or "data/mini/codec"),
+                  recognizer=str(recognizer_dir or "data/mini/recognizer"), corpus=str(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
                   sampling="top-k 50, T = 0.9 (rvqspec.core.sampling.Sampling)", variants=table,
                   **({} if command is None else {"command": command}))
     if out:
@@ -167,7 +168,9 @@ if __name__ == "__main__":
     ap.add_argument("--corpus", default=None, help="corpus with codes whose phoneme tokens match --model's tokenizer "
                                                     "(default: the committed data/mini/corpus)")
     ap.add_argument("--codec", default=None, help="codec dir that decodes --corpus's codes (default: data/mini/codec)")
+    ap.add_argument("--recognizer", default=None, help="recognizer dir trained on --codec's resynthesis "
+                                                        "(default: data/mini/recognizer)")
     ap.add_argument("--out", default=None, help="also write the JSON here (atomically)")
     a = ap.parse_args()
     main(a.model, a.sentences, a.out, tuple(a.variants.split(",")), a.split, a.corpus,
-         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]), a.codec)
+         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]), a.codec, a.recognizer)

@@ -41,12 +41,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.linalg
 import torch
 from safetensors.torch import load_file, save_file
 
 from rvqspec.core.jsonfile import write_json_atomic
-from rvqspec.mini.codec import RVQCodec, _assign, kmeans, rate_cost
+from rvqspec.mini.codec import RVQCodec, _assign, kmeans, lda_basis, rate_cost
 from rvqspec.mini.corpus import load_corpus, rows_from_corpus, save_corpus
 from rvqspec.mini.phonemes import PhonemeTokenizer
 from rvqspec.mini.pipeline import default_data_dir
@@ -65,25 +64,11 @@ LDA_FILE = "level0_lda.safetensors"
 VARIANTS = ("resynth", "c0_only", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled", "free")
 
 
-def lda_basis(x: torch.Tensor, labels: torch.Tensor, d: int, reg: float = 1e-3) -> torch.Tensor:
-    """(D, d) Fisher discriminant directions of x (N, D) for integer labels (N,): the top-d
-    generalized eigenvectors of (between-class, within-class) scatter, scaled so that the
-    within-class covariance is the identity in the projected space."""
-    n, D = x.shape
-    _, inv = torch.unique(labels, return_inverse=True)
-    counts = torch.bincount(inv).to(x.dtype)  # (C,)
-    means = torch.zeros(len(counts), D, dtype=x.dtype).index_add_(0, inv, x) / counts[:, None]  # (C, D)
-    within = x - means[inv]  # (N, D)
-    sw = (within.T @ within / n).double().numpy()  # (D, D)
-    centred = means - x.mean(0)  # (C, D)
-    sb = ((centred * counts[:, None]).T @ centred / n).double().numpy()  # (D, D)
-    sw += reg * np.trace(sw) / D * np.eye(D)
-    _, vecs = scipy.linalg.eigh(sb, sw)  # ascending; vecs.T @ sw @ vecs = I
-    return torch.from_numpy(np.ascontiguousarray(vecs[:, ::-1][:, :d])).to(x.dtype)  # (D, d)
-
-
 class Level0Codec:
-    """A committed-recipe RVQCodec whose level-0 assignment runs in an LDA subspace."""
+    """A committed-recipe RVQCodec whose level-0 assignment runs in an LDA subspace. The gate's own
+    copy of what became `CodecConfig.level0_lda` (rvqspec/mini/codec.py): it draws its fitting
+    frames with a permutation even when all of them fit, so its recorded codecs are reproduced
+    only by this class."""
 
     def __init__(self, codec: RVQCodec, basis: torch.Tensor | None = None, centroids: torch.Tensor | None = None):
         self.codec, self.basis, self.centroids = codec, basis, centroids  # (D, d), (K, d)

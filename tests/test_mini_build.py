@@ -107,6 +107,26 @@ def test_cli_verify(toy):
     assert res.exit_code == 2
 
 
+def test_cli_evaluate_takes_languages():
+    """`mini evaluate --lang` limits the free-running intelligibility to the languages asked for
+    (the committed world, one sentence); an unknown language is one line and exit 2."""
+    from typer.testing import CliRunner
+
+    from rvqspec.cli import app
+    data = REPO / "data" / "mini"
+    if not (data / "manifest.json").is_file():
+        pytest.skip("data/mini/manifest.json does not exist yet (run: rvqspec mini build)")
+    res = CliRunner().invoke(app, ["mini", "evaluate", "--data", str(data), "--sentences", "1", "--lang", "de",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout[res.stdout.index("{"):])
+    assert list(out["intelligibility"]) == ["de"] and out["intelligibility"]["de"]["n"] == 1
+    assert out["config"]["languages"] == ["de"]
+    bad = CliRunner().invoke(app, ["mini", "evaluate", "--data", str(data), "--lang", "xx"])
+    assert bad.exit_code == 2
+    assert bad.stderr.strip().splitlines() == ["error: --lang 'xx' is not a mini-world language (en, de, es, ru, ja, zh)"]
+
+
 def _have(module):
     return importlib.util.find_spec(module) is not None
 
@@ -200,3 +220,29 @@ def test_model_trains_on_the_configured_splits(toy, tmp_path, monkeypatch):
         tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "m2", config=replace(cfg, train_splits=("nope",)),
                             tokenizer_path=paths.tokenizer)
     assert not (tmp_path / "m2").exists()
+
+
+def test_world_of_a_model_is_the_world_it_sits_in(tmp_path):
+    """The spec CLI's frames come from the model's own world (a candidate built with --out-dir
+    beside the committed one); a model outside any world reads the committed data/mini."""
+    from rvqspec.mini.frames import world_of
+    from rvqspec.mini.pipeline import default_data_dir
+    (tmp_path / "w" / "model").mkdir(parents=True)
+    (tmp_path / "w" / "corpus").mkdir()
+    assert world_of(tmp_path / "w" / "model") == default_data_dir()  # no dataset_dict.json: not a corpus
+    (tmp_path / "w" / "corpus" / "dataset_dict.json").write_text("{}")
+    assert world_of(tmp_path / "w" / "model") == tmp_path / "w"
+    assert world_of(tmp_path / "elsewhere" / "model") == default_data_dir()
+    assert world_of(None) == default_data_dir()
+
+
+def test_candidate_world_script_checks_its_input_before_writing(tmp_path):
+    import subprocess
+    script = REPO / "scripts" / "measure_candidate_world.sh"
+    env = {"PATH": "/usr/bin:/bin", "W": str(tmp_path / "w"), "OUT": str(tmp_path / "out")}
+    bad = subprocess.run(["bash", str(script), "spec", "bogus"], env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("unknown stage bogus (")
+    missing = subprocess.run(["bash", str(script), "spec"], env=env, capture_output=True, text=True)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"{tmp_path / 'w' / 'data' / 'manifest.json'}: no candidate world there (set W)"
+    assert not (tmp_path / "out").exists()

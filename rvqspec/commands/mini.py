@@ -23,13 +23,17 @@ def build_command(
     threads: int = _THREADS,
     reuse_codec: bool = typer.Option(False, "--reuse-codec",
                                      help="Codec step: keep the fitted codec in <out>/codec if its config matches."),
+    level0_lda: int = typer.Option(None, "--level0-lda", min=0,
+                                   help="Codec step: assign level 0 in this many phoneme-discriminant "
+                                        "directions (0: plain residual k-means; default: the codec config's)."),
 ) -> None:
     """Build the mini world's artifacts and record them in <out>/manifest.json."""
     from rvqspec.mini.build import BuildConfig, BuildError, build, parse_steps
     from rvqspec.mini.paths import MiniPaths
 
     try:
-        cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec)
+        cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec,
+                          level0_lda=level0_lda)
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
     except (BuildError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -79,6 +83,7 @@ def evaluate_command(
     data: Path = typer.Option(DEFAULT_DATA_DIR, "--data", help="Mini-world directory."),
     sentences: int = typer.Option(12, "--sentences", help="Held-out eval sentences per language."),
     seeds: int = typer.Option(1, "--seeds", help="Seeds per sentence."),
+    langs: list[str] = opt.langs(),
     out: Path = opt.out_dir(None, "Write mini_eval.json and the depth-entropy plot (HTML) into this folder."),
     as_json: bool = opt.as_json(),
     threads: int = _THREADS,
@@ -99,14 +104,19 @@ def evaluate_command(
         # machine while two other single-thread jobs were running (measured: 12.8 s vs 1.0 s)
         torch.set_num_threads(threads)
     from rvqspec.core.jsonfile import write_json_atomic
-    from rvqspec.mini.evaluate import MiniEvalConfig, entropy_figure, evaluate_mini
+    from rvqspec.mini.evaluate import LANGUAGES, MiniEvalConfig, entropy_figure, evaluate_mini
     from rvqspec.mini.pipeline import MiniTTS
     from rvqspec.real.asr import load_recognizer
 
+    bad = [x for x in langs or () if x not in LANGUAGES]
+    if bad:
+        typer.echo(f"error: --lang {bad[0]!r} is not a mini-world language ({', '.join(LANGUAGES)})", err=True)
+        raise typer.Exit(2)
     tts = MiniTTS.load(data)
     rec = load_recognizer(Path(data) / "recognizer")
     res = evaluate_mini(tts, rec, Path(data) / "corpus",
-                        MiniEvalConfig(sentences_per_language=sentences, seeds=tuple(range(seeds))),
+                        MiniEvalConfig(sentences_per_language=sentences, seeds=tuple(range(seeds)),
+                                       languages=tuple(dict.fromkeys(langs)) if langs else LANGUAGES),
                         sampling=sampling)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

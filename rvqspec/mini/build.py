@@ -63,12 +63,14 @@ class BuildConfig:
     # the recognizer and the model read only corpus and codec, and each trains on one core: on a
     # 2-core machine running them side by side halves the build's longest stretch
     parallel: bool = True
+    level0_lda: int | None = None  # None: the codec config's own (CodecConfig.level0_lda)
 
     def corpus_config(self):
         return CorpusConfig.toy() if self.toy else CorpusConfig()
 
     def codec_config(self):
-        return CodecConfig.toy() if self.toy else CodecConfig()
+        config = CodecConfig.toy() if self.toy else CodecConfig()
+        return config if self.level0_lda is None else dataclasses.replace(config, level0_lda=self.level0_lda)
 
 
 def _jsonable(obj):
@@ -139,12 +141,14 @@ def step_codec(paths: MiniPaths, cfg: BuildConfig) -> dict:
         n = len(fit_ds) if cfg.codec_fit_clips is None else min(cfg.codec_fit_clips, len(fit_ds))
         rng = np.random.default_rng(codec_config.seed)
         pick = np.sort(rng.permutation(len(fit_ds))[:n])
-        audios = [np.asarray(a, dtype=np.float32) for a in fit_ds.select(pick).with_format("numpy")["audio"]]
+        picked = fit_ds.select(pick)
+        audios = [np.asarray(a, dtype=np.float32) for a in picked.with_format("numpy")["audio"]]
+        labels = [np.asarray(t, dtype=np.int64) for t in picked["phoneme_frames"]] if codec_config.level0_lda else None
         t0 = time.time()
         codec = RVQCodec(codec_config).fit(audios, torch.Generator().manual_seed(codec_config.seed),
-                                           progress=cfg.progress)
+                                           progress=cfg.progress, labels=labels)
         fit_s = time.time() - t0
-        del audios
+        del audios, labels
         # save and encode before the quality report: training the recognizer and the model waits
         # for codes and codec, and decoding with Griffin-Lim is the slow part of this step
         codec.save(paths.codec, extra={"fit": {"clips": int(n), "seconds": round(fit_s, 1)}})
