@@ -38,7 +38,7 @@ recognizer() {
 
 intelligibility() {
   say "intelligibility: free-running English, eval split, 40 sentences x 2 seeds"
-  $RV mini evaluate --data "$D" --sentences 40 --seeds 2 --lang en --out "$W/eval_en" --threads 1
+  $RV mini evaluate --data "$D" --sentences 40 --seeds 2 --lang en --out-dir "$W/eval_en" --threads 1
   cp "$W/eval_en/mini_eval.json" "$OUT/mini_eval_en.json"
   say "intelligibility: decompositions on 40 eval sentences"
   $PY scripts/diagnose_intelligibility.py --model "$D/model" --codec "$D/codec" --corpus "$D/corpus" \
