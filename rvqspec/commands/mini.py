@@ -25,7 +25,7 @@ def build_command(
                                      help="Codec step: keep the fitted codec in <out>/codec if its config matches."),
     level0_lda: int = typer.Option(None, "--level0-lda", min=0,
                                    help="Codec step: assign level 0 in this many phoneme-discriminant "
-                                        "directions (0: plain residual k-means; default: the codec config's)."),
+                                        "directions (0: plain residual k-means; default: BuildConfig's, 64)."),
 ) -> None:
     """Build the mini world's artifacts and record them in <out>/manifest.json."""
     from rvqspec.mini.build import BuildConfig, BuildError, build, parse_steps
@@ -33,7 +33,7 @@ def build_command(
 
     try:
         cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec,
-                          level0_lda=level0_lda)
+                          **({} if level0_lda is None else {"level0_lda": level0_lda}))
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
     except (BuildError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

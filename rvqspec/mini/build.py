@@ -63,7 +63,9 @@ class BuildConfig:
     # the recognizer and the model read only corpus and codec, and each trains on one core: on a
     # 2-core machine running them side by side halves the build's longest stretch
     parallel: bool = True
-    level0_lda: int | None = None  # None: the codec config's own (CodecConfig.level0_lda)
+    # the committed world's phonetic level 0 (CodecConfig.level0_lda; docs/design.md, "Mini world v3"):
+    # free-running English CER 45.0% -> 36.2% against the plain residual level 0 (0)
+    level0_lda: int | None = 64  # None: the codec config's own
 
     def corpus_config(self):
         return CorpusConfig.toy() if self.toy else CorpusConfig()
