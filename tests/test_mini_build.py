@@ -2,6 +2,7 @@
 the manifest's checksums, and the committed data/mini artifacts."""
 import importlib.util
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -237,7 +238,6 @@ def test_world_of_a_model_is_the_world_it_sits_in(tmp_path):
 
 
 def test_candidate_world_script_checks_its_input_before_writing(tmp_path):
-    import subprocess
     script = REPO / "scripts" / "measure_candidate_world.sh"
     env = {"PATH": "/usr/bin:/bin", "W": str(tmp_path / "w"), "OUT": str(tmp_path / "out")}
     bad = subprocess.run(["bash", str(script), "spec", "bogus"], env=env, capture_output=True, text=True)
@@ -246,3 +246,12 @@ def test_candidate_world_script_checks_its_input_before_writing(tmp_path):
     assert missing.returncode == 2
     assert missing.stderr.strip() == f"{tmp_path / 'w' / 'data' / 'manifest.json'}: no candidate world there (set W)"
     assert not (tmp_path / "out").exists()
+
+
+def test_recognizer_deep_gate_names_a_missing_world(tmp_path):
+    script = REPO / "scripts" / "recognizer_deep_gate.sh"
+    env = {"PATH": "/usr/bin:/bin", "W": str(tmp_path / "w"), "G": str(tmp_path / "g"), "OUT": str(tmp_path / "o.json")}
+    bad = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == f"{tmp_path / 'w'}: no candidate world (data/manifest.json, runs/corpus) there (set W)"
+    assert not (tmp_path / "g").exists() and not (tmp_path / "o.json").exists()

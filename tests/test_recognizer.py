@@ -2,6 +2,7 @@
 a real check of the committed artifact `data/mini/recognizer/` on freshly synthesized English."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -13,7 +14,8 @@ from rvqspec.real.asr import DEFAULT_RECOGNIZER, MiniCTCRecognizer, load_recogni
 from rvqspec.measure.metrics import score
 from rvqspec.mini.recognizer import (BLANK, CTCModel, LogMel, RecognizerConfig, Vocab, evaluate_recognizer,
                                      format_table, greedy_decode, is_recognizer_dir, load_split,
-                                     mel_filterbank, save_recognizer, train_on_utterances, train_recognizer)
+                                     mel_filterbank, resample_deep_levels, save_recognizer, train_on_utterances,
+                                     train_recognizer)
 from rvqspec.mini.recognizer import load_recognizer as load_ctc
 
 torch.set_num_threads(1)
@@ -188,6 +190,17 @@ class _HalfLevelCodec:
         return codes.numpy() * 0.5
 
 
+class _PairCodec:
+    """Stands in for a codec with levels: (T, 2) 'codes' are sample pairs, decoded back in order."""
+
+    def encode(self, audio):
+        a = torch.as_tensor(audio)
+        return a[: len(a) // 2 * 2].reshape(-1, 2)  # (T, 2)
+
+    def decode(self, codes):
+        return codes.reshape(-1).numpy()
+
+
 @pytest.mark.parametrize("audio_as_bytes", [True, False])
 def test_train_and_evaluate_from_a_corpus(toy_rows, tmp_path, audio_as_bytes):
     corpus = _write_corpus(tmp_path / "corpus", {"model_train": toy_rows * 3, "eval": toy_rows},
@@ -261,3 +274,35 @@ def test_committed_recognizer_reads_fresh_english():
     hyps = rec.transcribe(audios, 16000, "en")
     s = score(texts, hyps, "en")
     assert s["cer"] <= ARTIFACT_CER_MAX, list(zip(texts, hyps))
+
+
+def test_resample_deep_levels_keeps_c0_and_draws_residuals_of_the_same_c0():
+    gen = torch.Generator().manual_seed(0)
+    # c0 in {0..3}; each deep level repeats the frame's c0 + 4 * clip index, so a borrowed level
+    # shows where it came from
+    clips = []
+    for j in range(40):
+        c0 = torch.randint(0, 4, (30, 1), generator=gen)  # (T, 1)
+        clips.append(torch.cat([c0, (c0 + 4 * j).expand(30, 15)], dim=1))  # (T, 16)
+    out = resample_deep_levels(clips, 0.5, np.random.default_rng(0))
+    changed = [k for k, (a, b) in enumerate(zip(clips, out)) if a is not b]
+    assert 10 <= len(changed) <= 30  # binomial(40, 0.5): outside [10, 30] has p < 2e-3
+    for a, b in zip(clips, out):
+        assert torch.equal(a[:, 0], b[:, 0])
+        assert torch.equal(b[:, 1:] % 4, b[:, :1].expand(-1, 15))  # every level from a frame of the same c0
+    for k in changed:
+        a, b = clips[k], out[k]
+        first = int((a != b).any(0).nonzero()[0]) if (a != b).any() else None
+        assert first is not None and first >= 1
+        assert torch.equal(a[:, :first], b[:, :first])  # levels below k untouched
+        assert (a[:, -1] != b[:, -1]).float().mean() > 0.5  # levels from k on mostly borrowed
+    # negative control: share 0 returns the clips themselves
+    assert all(a is b for a, b in zip(clips, resample_deep_levels(clips, 0.0, np.random.default_rng(0))))
+    assert resample_deep_levels([], 1.0, np.random.default_rng(0)) == []
+
+
+def test_train_with_deep_level_copies_counts_them(toy_rows, tmp_path):
+    corpus = _write_corpus(tmp_path / "corpus", {"model_train": toy_rows * 3, "eval": toy_rows}, True)
+    cfg = dataclasses.replace(TOY, codec_fraction=1.0, codec_deep_share=1.0, epochs=1)
+    metrics = train_recognizer(corpus, _PairCodec(), tmp_path / "rec", cfg, progress=False)
+    assert metrics["codec_deep_copies"] == metrics["codec_copies"] == metrics["train_utterances"]

@@ -40,7 +40,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -114,6 +114,12 @@ class RecognizerConfig:
     # Griffin-Lim iterations for the training copies only (the codec's own setting, 48, costs
     # ~3x more; fast Griffin-Lim is near convergence by 16). Evaluation always uses the codec as is.
     codec_gl_iters: int | None = 16
+    # share of the codec copies whose deep levels are those an imperfect code predictor would give:
+    # from a random depth k in [1, Q), every frame's levels k.. are taken from a random frame with the
+    # same c0 (`resample_deep_levels`). A synthesizer's audio never carries the codec's exact residual,
+    # and a recognizer that has only heard exact residuals mistakes a plausible one for another sound.
+    # The copies are codec outputs only (no model is involved); 0 = every copy is plain resynthesis.
+    codec_deep_share: float = 0.0
     gain_db: float = 6.0  # uniform random gain in [-gain_db, +gain_db]
     noise_prob: float = 0.5
     snr_db: tuple[float, float] = (15.0, 40.0)  # white noise at a uniform SNR in this range
@@ -632,19 +638,50 @@ def _decode_audio(value, where: str) -> np.ndarray:
     return audio
 
 
+def resample_deep_levels(codes: Sequence[torch.Tensor], share: float,
+                         rng: np.random.Generator) -> list[torch.Tensor]:
+    """Clips of (T, Q) codes; each is chosen with probability `share` and gets, from a depth k drawn
+    uniformly in [1, Q), every frame's levels k.. from a random frame (of any clip) with the same c0:
+    right c0, a plausible residual that is not the frame's own. A frame whose c0 no other frame has
+    keeps its own codes. The others are returned as they are."""
+    if not codes:
+        return []
+    pool = torch.cat(list(codes))  # (F, Q): every frame of every clip
+    order = np.argsort(pool[:, 0].numpy(), kind="stable")
+    c0_sorted = pool[order, 0].numpy()
+    out = []
+    for clip in codes:
+        if rng.random() >= share:
+            out.append(clip)
+            continue
+        k = int(rng.integers(1, clip.shape[1]))
+        c0 = clip[:, 0].numpy()
+        lo, hi = np.searchsorted(c0_sorted, c0, "left"), np.searchsorted(c0_sorted, c0, "right")
+        pick = order[lo + (rng.random(len(c0)) * (hi - lo)).astype(np.int64)]  # (T,) frames, same c0
+        new = clip.clone()
+        new[:, k:] = pool[torch.from_numpy(pick), k:]
+        out.append(new)
+    return out
+
+
 def resynthesize(codec, audios: Sequence[np.ndarray], desc: str = "codec resynthesis",
-                 griffin_lim_iters: int | None = None) -> list[np.ndarray]:
+                 griffin_lim_iters: int | None = None,
+                 recode: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None) -> list[np.ndarray]:
     """encode -> decode each waveform with the mini codec (its loss is what the model hears).
 
-    `griffin_lim_iters` overrides the codec's synthesis iterations (for cheap training copies).
+    `griffin_lim_iters` overrides the codec's synthesis iterations (for cheap training copies);
+    `recode` maps the list of every clip's codes to the codes decoded instead.
     """
     if griffin_lim_iters is not None and hasattr(codec, "config"):
         codec = copy.copy(codec)  # the caller's codec keeps its own config
         codec.config = dataclasses.replace(codec.config, griffin_lim_iters=griffin_lim_iters)
     out = []
     with torch.no_grad():
-        for audio in tqdm(audios, desc=desc, leave=False):
-            decoded = codec.decode(codec.encode(audio))
+        codes = [codec.encode(audio) for audio in tqdm(audios, desc=f"{desc}: encode", leave=False)]
+        if recode is not None:
+            codes = recode(codes)
+        for clip in tqdm(codes, desc=desc, leave=False):
+            decoded = codec.decode(clip)
             decoded = decoded.detach().cpu().numpy() if torch.is_tensor(decoded) else np.asarray(decoded)
             out.append(decoded.reshape(-1).astype(np.float32))
     return out
@@ -851,14 +888,26 @@ def train_recognizer(corpus_dir: str | Path, codec_dir, out_dir: str | Path,
         n_val = min(config.val_per_language, len(lang_rows) // 10)
         val += [lang_rows[i] for i in idx[:n_val]]
         train += [lang_rows[i] for i in idx[n_val:]]
+    deep_copies = 0
     if codec_dir is not None and config.codec_fraction > 0:
-        codec = codec_dir if hasattr(codec_dir, "encode") else load_codec(codec_dir)
+        codec = load_codec(codec_dir) if isinstance(codec_dir, (str, os.PathLike)) else codec_dir  # str has .encode
         chosen = rng.permutation(len(train))[: int(round(config.codec_fraction * len(train)))]
+        deep_rng = np.random.default_rng(config.seed + 2)  # its own stream: share 0 keeps older builds' draws
+
+        def recode(codes: list[torch.Tensor]) -> list[torch.Tensor]:
+            nonlocal deep_copies
+            new = resample_deep_levels(codes, config.codec_deep_share, deep_rng)
+            deep_copies = sum(a is not b for a, b in zip(codes, new))
+            return new
+
         copies = resynthesize(codec, [to_float(train[i]["audio"]) for i in chosen],
-                              griffin_lim_iters=config.codec_gl_iters)
+                              griffin_lim_iters=config.codec_gl_iters,
+                              recode=recode if config.codec_deep_share > 0 else None)
         for i, audio in zip(chosen, copies):
             train[i]["codec_audio"] = to_pcm16(audio)
     model, vocab, metrics = train_on_utterances(train, val, config, progress=progress)
+    if config.codec_deep_share > 0:
+        metrics["codec_deep_copies"] = deep_copies
     metrics["corpus"] = str(corpus_dir)
     metrics["codec"] = (str(codec_dir) if isinstance(codec_dir, (str, Path))
                         else None if codec_dir is None else type(codec_dir).__name__)
