@@ -4,6 +4,7 @@ the code predictor's probability goes) and scripts/cp_capacity_gate.py (fresh pr
 frozen talker)."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -56,9 +57,10 @@ def test_shuffled_residuals_copy_a_frame_of_the_same_cell():
     assert not all(mixed)  # with 15 independent picks, a whole-frame copy in both frames is (1/2)^28
 
 
-def test_level0_codec_without_a_basis_encodes_like_the_committed_codec():
+def test_level0_codec_without_a_basis_encodes_like_a_plain_level0_codec():
     level0 = load_script("level0_gate")
-    codec = RVQCodec.load(default_data_dir() / "codec")
+    codec = RVQCodec.load(default_data_dir() / "codec")  # the committed one has a phonetic level 0 ...
+    codec.config = dataclasses.replace(codec.config, level0_lda=0)  # ... assigned here as a residual level
     audio = np.random.default_rng(0).standard_normal(16000).astype(np.float32) * 0.1
     assert torch.equal(level0.Level0Codec(codec).encode(audio), codec.encode(audio))
 

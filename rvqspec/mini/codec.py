@@ -107,7 +107,8 @@ class CodecConfig:
     # takes, so decoding stays the plain RVQ sum. Labels are needed only to fit; encoding projects and
     # assigns. At gate scale, d = 64 took free-running English CER from 48.0% to 28.8% and c0 alone
     # from 31.0% to 15.3% (docs/measurements/intelligibility/level0_lda64.json, scripts/level0_gate.py).
-    # 0 = level 0 is residual k-means like every other level (the committed v2 world's codec).
+    # 0 = level 0 is residual k-means like every other level (the v2 world's codec); the mini build
+    # uses 64 (BuildConfig.level0_lda, the committed v3 world).
     level0_lda: int = 0
     seed: int = 0
 
