@@ -19,7 +19,9 @@ model_train + train frames, for the same steps and batch:
   `--arm wide`     384 x 5 (mlp 1,152, 8 heads) behind a learned 192 -> 384 projection (the 1.7B
                    layout's projection, as its width differs from the talker's);
   `--arm dropout`  the base predictor, with dropout 0.3 on the talker state it reads while training
-                   (regularization: the state's frame-specific detail is what it cannot generalize).
+                   (regularization: the state's frame-specific detail is what it cannot generalize);
+  `--arm continue` the model's own code predictor, trained further on the frozen talker's states
+                   (`--steps 0`: the model's predictor itself, measured by the same harness).
 Measured on `--sentences` eval sentences through the committed recognizer (PER / CER / WER):
 `cp_levels` (true c0; each c_k drawn given the true lower levels, top-k 50 / T 0.9), `cp_frame`
 (true c0, the inner loop sampled as deployed), and the predictor's validation cross-entropy per
@@ -35,7 +37,7 @@ usage: python scripts/cp_capacity_gate.py --arm base --steps 1500 --out docs/mea
 from __future__ import annotations
 
 import argparse
-import math
+import copy
 import sys
 import time
 from collections import defaultdict
@@ -56,6 +58,7 @@ from rvqspec.mini.corpus import load_corpus
 from rvqspec.mini.learned_codec import load_codec
 from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 from rvqspec.mini.pipeline import default_data_dir
+from rvqspec.mini.predictor_refine import cosine_adamw_steps
 from rvqspec.mini.recognizer import intelligibility_score
 from rvqspec.real.asr import load_recognizer
 
@@ -65,7 +68,7 @@ from predictor_cell_probe import cell_counts, english
 
 REPO = Path(__file__).resolve().parents[1]
 GATE = REPO / "runs" / "gates" / "timing_p2"  # scripts/token_timing_gate.py --points 2
-ARMS = ("base", "token", "wide", "dropout")
+ARMS = ("base", "token", "wide", "dropout", "continue")
 
 
 @torch.inference_mode()
@@ -83,14 +86,19 @@ def talker_states(model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 class Predictor(torch.nn.Module):
     """A fresh MultiCodeDecoder on a frozen talker; `token_vocab` adds a token embedding to the state."""
 
-    def __init__(self, arm: str, talker_hidden: int, vocab: int, c0_embedding: torch.nn.Embedding, token_vocab: int):
+    def __init__(self, arm: str, talker_hidden: int, vocab: int, c0_embedding: torch.nn.Embedding, token_vocab: int,
+                 init: MultiCodeDecoder | None = None):
         super().__init__()
         width = 384 if arm == "wide" else talker_hidden
         heads = 8 if arm == "wide" else 4
-        self.cp = MultiCodeDecoder(CodePredictorConfig(
-            vocab_size=vocab, hidden_size=width, intermediate_size=3 * width, num_hidden_layers=5,
-            num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=width // heads,
-            max_position_embeddings=64, talker_hidden_size=talker_hidden))
+        if arm == "continue":  # the model's own predictor (its config and weights), trained further
+            self.cp = copy.deepcopy(init)
+            self.cp.requires_grad_(True)
+        else:
+            self.cp = MultiCodeDecoder(CodePredictorConfig(
+                vocab_size=vocab, hidden_size=width, intermediate_size=3 * width, num_hidden_layers=5,
+                num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=width // heads,
+                max_position_embeddings=64, talker_hidden_size=talker_hidden))
         self.cp.set_c0_embedding(c0_embedding)
         self.token = torch.nn.Embedding(token_vocab, talker_hidden) if arm == "token" else None
         self.dropout = 0.3 if arm == "dropout" else 0.0
@@ -108,26 +116,13 @@ class Predictor(torch.nn.Module):
 
 
 def train(pred: Predictor, h, codes, toks, steps: int, batch: int, lr: float, g: torch.Generator) -> list[float]:
-    params = [p for p in pred.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = min(100, max(1, steps // 10))  # 100 at the gate's 1,500 steps
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    hist = []
-    bar = tqdm(range(steps), desc="code predictor", unit="step")
-    for step in bar:
+    def loss_of_step(_step: int) -> torch.Tensor:
         idx = torch.randint(0, h.shape[0], (batch,), generator=g)
         lg = pred.logits(h[idx], codes[idx], toks[idx], differentiable=True)
-        loss = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), codes[idx, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        hist.append(loss.item())
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    return hist
+        return F.cross_entropy(lg.reshape(-1, lg.shape[-1]), codes[idx, 1:].reshape(-1))
+
+    return cosine_adamw_steps([p for p in pred.parameters() if p.requires_grad], loss_of_step, steps, lr, 0.01,
+                              "code predictor")
 
 
 @torch.inference_mode()
@@ -193,8 +188,9 @@ def main(argv=None) -> dict:
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     token_vocab = PhonemeTokenizer.load(args.gate / "model" / TOKENIZER_FILE).vocab_size
-    pred = Predictor(args.arm, h.shape[1], vocab, model.talker.model.codec_embedding, token_vocab)
-    hist = train(pred, h, codes, toks, args.steps, args.batch, args.lr, g)
+    pred = Predictor(args.arm, h.shape[1], vocab, model.talker.model.codec_embedding, token_vocab,
+                     init=model.code_predictor)
+    hist = train(pred, h, codes, toks, args.steps, args.batch, args.lr, g) if args.steps else [float("nan")]
     pred.eval()
     codec = load_codec(default_data_dir() / "codec")
     ev = english(corpus, "eval", 40)

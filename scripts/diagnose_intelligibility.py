@@ -18,7 +18,7 @@ corpus's frame t describe the same phoneme):
 Prints JSON: CER / PER per variant and the c0 agreement with the corpus's codes.
 
 usage: python scripts/diagnose_intelligibility.py [--model DIR] [--sentences N] [--split eval]
-       [--variants a,b,...] [--out JSON]   (defaults: the committed model, 20, eval, every variant)
+       [--variants a,b,...] [--top-k K] [--top-p P] [--temperature T] [--out JSON]   (defaults: the committed model, 20, eval, every variant)
 """
 from __future__ import annotations
 
@@ -99,7 +99,8 @@ def feature_mse(codec, codes: torch.Tensor, true: torch.Tensor) -> float:
 
 def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
          variants: tuple[str, ...] = VARIANTS, split: str = "eval", corpus_dir: str | None = None,
-         command: str | None = None, codec_dir: str | None = None, recognizer_dir: str | None = None) -> dict:
+         command: str | None = None, codec_dir: str | None = None, recognizer_dir: str | None = None,
+         sampling: Sampling = Sampling()) -> dict:
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         print(f"unknown variant {bad[0]!r} (choose from {', '.join(VARIANTS)})", file=sys.stderr)
@@ -115,7 +116,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
         raise SystemExit(2)
     ds = corpus[split]
     ds = ds.filter(lambda l: l == "en", input_columns="language", keep_in_memory=True).select(range(n))
-    sampling, greedy = Sampling(), Sampling(do_sample=False)
+    greedy = Sampling(do_sample=False)
     silent = smallest_codewords(tts)  # (16,)
     res = {v: dict(refs=[], hyps=[], phons=[], c0_agree=[], mse=[]) for v in variants}
     for i, row in enumerate(tqdm(ds, desc="diagnose")):
@@ -151,7 +152,8 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
                         feature_mse=float(np.mean(r["mse"])))
     result = dict(model=str(model_dir or "data/mini/model"), codec=str(codec_dir or "data/mini/codec"),
                   recognizer=str(recognizer_dir or "data/mini/recognizer"), corpus=str(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
-                  sampling="top-k 50, T = 0.9 (rvqspec.core.sampling.Sampling)", variants=table,
+                  sampling=f"top-k {sampling.top_k}, top-p {sampling.top_p}, T = {sampling.temperature} "
+                           "(talker and code predictor; rvqspec.core.sampling.Sampling)", variants=table,
                   **({} if command is None else {"command": command}))
     if out:
         write_json_atomic(out, result, indent=2)
@@ -170,7 +172,15 @@ if __name__ == "__main__":
     ap.add_argument("--codec", default=None, help="codec dir that decodes --corpus's codes (default: data/mini/codec)")
     ap.add_argument("--recognizer", default=None, help="recognizer dir trained on --codec's resynthesis "
                                                         "(default: data/mini/recognizer)")
+    ap.add_argument("--top-k", type=int, default=Sampling.top_k, help="sampled variants' top-k (0: off)")
+    ap.add_argument("--top-p", type=float, default=Sampling.top_p)
+    ap.add_argument("--temperature", type=float, default=Sampling.temperature)
     ap.add_argument("--out", default=None, help="also write the JSON here (atomically)")
     a = ap.parse_args()
+    try:
+        sampling = Sampling(top_k=a.top_k, top_p=a.top_p, temperature=a.temperature)
+    except ValueError as e:
+        print(f"bad sampling option: {e}", file=sys.stderr)
+        raise SystemExit(2)
     main(a.model, a.sentences, a.out, tuple(a.variants.split(",")), a.split, a.corpus,
-         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]), a.codec, a.recognizer)
+         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]), a.codec, a.recognizer, sampling)

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Re-derive every committed artifact that depends on the mini model (data/mini/model), in dependency
-# order, after `rvqspec mini build` has rebuilt corpus, codec, recognizer and model. The commands are
-# the recorded ones: data/mini/manifest.json (steps.*.command / commands), scripts/mini_spec_pipeline.sh,
-# the "command" field of the bench JSONs, data/spade/README.md, docs/real_weights.md ("Rehearsal on
-# the mini world"), docs/deploy.md and docs/streaming.md. The manifest's own command strings use the
-# CLI's old option names (--model-dir, --acceptance-json, --drafter-name); they are written here in
-# today's vocabulary (--model, --acceptance, --acceptance-drafter), and the manifest records these.
+# Re-derive every committed artifact that depends on the mini world (data/mini), in dependency order,
+# after `rvqspec mini build` has rebuilt corpus, codec, recognizer and model. The commands are the
+# ones data/mini/manifest.json records (steps.<name>.command / commands) for spec, lossless,
+# intelligibility, stream, backends and table3, and each stage records them back in the same shape;
+# the others come from data/spade/README.md, docs/real_weights.md ("Rehearsal on the mini world") and
+# the notebooks.
 #
 #   bash scripts/rederive_world.sh                 # every default stage, in order
 #   bash scripts/rederive_world.sh spec            # one stage (a `check` runs first; SKIP_CHECK=1 skips it)
@@ -13,35 +12,52 @@
 #   bash scripts/rederive_world.sh list            # the stages
 #   DRY_RECORD=1 bash scripts/rederive_world.sh record-table3   # print a manifest entry, write nothing
 #
-# Stages (default order; estimates: old 4x192 / 3x128 world as recorded -> the new 8x192 / 5x192 one,
-# on the shared 2-core box, one thread unless stated; the new predictor costs ~2-3x per call):
-#   check      ~1 min   the rebuild is finished and recorded (mini verify, layout, no build running)
-#   spec       ~1-1.5 h drafters, trees, bench acceptance / spec               (old: ~35 min)
-#   lossless   ~2-3 h   bench lossless x 3 drafters                             (old: ~25-40 min each)
-#   table3     ~1 h     scripts/table3.py, 960 syntheses + recognizer           (old: ~20-30 min)
-#   stream     ~10 min  bench stream (2 threads, 1 thread), stream tolerance    (old: ~5 min)
-#   backends   ~10 min  eager / compiled / onnx mini backends                   (old: ~4 min, setup_s 175 s)
-#   spade      ~4-5 h   spade all + spade ablate (v2) + spade combined          (old spade all: <= 40 min)
-#   rehearsal  ~30-45 min docs/real_weights.md rehearsal on the mini world (2 processes)
-#   profiles   ~1 min   Figure 4 profiles re-scored with the new acceptance (no timing)
+# Stages (default order) with what they read and write. Times: the 8 x 192 talker / 5 x 192 predictor
+# world (v3) on the shared 2-core box, one thread unless stated. `rvqspec mini build` itself took
+# 81 min (steps.corpus / codec, then recognizer beside model). spec (benchmarks) + lossless +
+# intelligibility + stream + backends + table3 took about 1.5 h together; per-stage times were not
+# recorded, so the split below is an estimate.
+#   check      ~1 min   reads the manifest, model and codec: the rebuild is finished, recorded and the
+#                       v3 layout (model 8 / 192 / 5, codec rate_lambda 0.001, level0_lda 64)
+#   spec       ~15 min  + the pipeline (extraction, 5 drafters, calibrations, 15 trees: not timed on v3,
+#                       whose drafters came from the candidate build, steps.spec.note; allow ~1 h).
+#                       Writes drafters/*, trees/*, bench/acceptance.json (Table 2),
+#                       bench/spec_{medusa,offsets,shared_low_rank}_n{4,16}.json, spec_medusa_n4_f200.json
+#   lossless   ~30 min  reads drafters/medusa, acceptance.json; writes bench/lossless_medusa_n16.json
+#   intelligibility ~20 min  reads model, codec, recognizer, data/testset; writes
+#                       bench/recognizer_testset.json, wer_testset_{en,de,es,ru,ja,zh}.json,
+#                       wer_testset_en_greedy.json, mini_eval.json
+#   stream     ~5 min   reads drafters/medusa, trees/medusa_n4.json (2 threads); writes bench/stream_medusa_n4.json
+#   backends   ~10 min  reads drafters/shared_low_rank, trees/shared_low_rank_n4.json; writes
+#                       bench/backends_shared_low_rank_n4.json (Inductor and ONNX setup dominate)
+#   table3     ~40 min  reads drafters/medusa, trees/medusa_n16.json, recognizer; writes
+#                       bench/table3_medusa_n16.json (6 languages x 40 sentences x 2 seeds x AR/spec)
+#   spade      hours    NOT YET RUN ON V3 (untested on this world): data/spade/README.md's commands;
+#                       writes data/spade/{results,ablation,combined}.*; reads bench/acceptance.json
+#   rehearsal  ~30-45 min docs/real_weights.md rehearsal on the mini world (2 processes), into runs/real_mini*
+#   profiles   ~1 min   Figure 4 profiles re-scored with the rehearsal's acceptance (no timing)
 #   notebooks  ~10 min  papermill runs of notebooks/*.ipynb into runs/nb (nothing committed)
-#   figures    seconds  prints the new figures that README.md / docs/*.md quote (for hand edits)
+#   figures    seconds  prints the figures that README.md / docs/*.md quote (for hand edits)
 #   verify     ~10 min  mini verify + the tests that read committed artifacts
-# Default total: about 10-11 h sequential. Two lanes on the 2 cores save about 4 h, e.g.
-#   bash scripts/rederive_world.sh spec && { bash scripts/rederive_world.sh lossless & \
-#     bash scripts/rederive_world.sh table3 stream backends spade; wait; }   # then rehearsal profiles ...
-# (manifest writes are serialised with flock). The timing stages (stream, backends, spec's bench
-# spec) should run with the machine otherwise quiet: their JSONs are wall-clock measurements.
+# Default total: about 3 h without spade (spec pipeline ~1 h, the six manifest stages ~1.5 h, the rest
+# ~1 h), plus spade's hours. The timing stages need a quiet machine (their JSONs are wall-clock
+# measurements), the others do not, so run the timing ones first and the rest in two lanes, e.g.
+#   bash scripts/rederive_world.sh spec stream backends && { bash scripts/rederive_world.sh lossless \
+#     intelligibility & bash scripts/rederive_world.sh table3; wait; }   # then spade rehearsal ...
+# (manifest writes are serialised with flock). v3's timings (spec's bench spec, stream, backends) ran
+# with the box's other job paused (SIGSTOP); TIMING_NOTE records how the machine was kept quiet.
 # Opt-in stages (never in the default list):
 #   anchor     ~10-20 min docs/measurements/gate_anchor_committed_world.json (scripts/mini_gate.py --world)
-#   demo       ~10-15 min `rvqspec demo` timed (README's "make demo (6 min 42 s ...)")
-#   record-spec record-lossless record-table3 record-stream record-backends: only (re)write that
-#              manifest step from the files on disk (e.g. after a run whose record step failed)
+#   demo       ~4-10 min `rvqspec demo` timed (README Quickstart quotes `make demo` on a fresh clone)
+#   record-spec record-lossless record-intelligibility record-stream record-backends record-table3:
+#              only (re)write that manifest step from the files on disk (e.g. after a failed record)
 #
 # Environment: RVQSPEC, PY, WORK (logs, default runs/rederive), SPEC_RUNS (default runs/spec_new, as
-# recorded), PROFILE_ACCEPTANCE (default runs/real_mini_out/acceptance_lr1e-2.json, from `rehearsal`),
+# recorded), EVAL_DIR (mini evaluate's folder, default runs/v3/eval_strict, as recorded),
+# PROFILE_ACCEPTANCE (default runs/real_mini_out/acceptance_lr1e-2.json, from `rehearsal`),
 # AR_FRAME_GRAPH=1 (backends: also re-measure the model-independent ar_frame_graph_0.6b.json),
-# FORCE=1 (check: warn instead of stopping), VERBOSE=1 (tee logs), MACHINE_NOTE / RUN_NOTE (manifest).
+# TIMING_NOTE (appended in parentheses to the recorded timing commands, e.g. "the other job paused
+# with SIGSTOP"), FORCE=1 (check: warn instead of stopping), VERBOSE=1 (tee logs), RUN_NOTE (manifest).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RV=${RVQSPEC:-.venv/bin/rvqspec}
@@ -52,11 +68,15 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 WORK=${WORK:-runs/rederive}
 LOGS=$WORK/logs
 SPEC_RUNS=${SPEC_RUNS:-runs/spec_new}
+EVAL_DIR=${EVAL_DIR:-runs/v3/eval_strict}
 M=data/mini/model
 D=data/mini
 B=$D/bench
-DRAFTERS=(offsets per_position low_rank medusa shared_low_rank)
-LOSSLESS=(offsets medusa shared_low_rank)
+DRAFTERS=(offsets per_position low_rank medusa shared_low_rank)  # Table 2
+SPEC_KINDS=(medusa offsets shared_low_rank)  # wall clock: the strongest, the seed's method, ours
+SPEC_BUDGETS=(4 16)
+LOSSLESS=(medusa)                            # the drafter of Table 3 and streaming
+WER_LANGS=(en de es ru ja zh)
 export WORK
 mkdir -p "$LOGS" "$WORK/seconds"
 
@@ -67,6 +87,10 @@ portable() {  # a command as the manifest records it: no local interpreter paths
   s=${s//"$PY"/python}
   s=${s//"$PWD/"/}
   printf '%s' "$s"
+}
+
+timing_note() {  # " (TIMING_NOTE[SUFFIX])" for a recorded timing command, or nothing
+  if [[ -n "${TIMING_NOTE:-}" ]]; then printf ' (%s%s)' "$TIMING_NOTE" "${1:-}"; fi
 }
 
 run_cmd() {  # run_cmd NAME 'COMMAND': run in bash, log to $LOGS/NAME.log, stop on failure
@@ -109,26 +133,43 @@ record() {  # record STEP ARGS...: build the manifest entry from the files on di
   (
     if command -v flock >/dev/null; then flock 9; fi
     REC_SECONDS=$(stage_seconds "$step") "$PY" - "$step" "$@" <<'EOF'
-import json, os, sys
+import json, os, re, sys
 from pathlib import Path
 
 step, args = sys.argv[1], sys.argv[2:]
 D = Path("data/mini"); B = D / "bench"
 load = lambda p: json.loads(Path(p).read_text())
-if step == "spec":
-    entry = {"command": "; ".join(args), "result": {
-        "drafters": [k for k in ("offsets", "per_position", "low_rank", "medusa", "shared_low_rank")
-                     if (D / "drafters" / f"{k}.safetensors").is_file()],
+
+def file_commands(args):  # FILE=COMMAND (the file holds no '='); FILE may be bench/x_{a,b}.json
+    cmds = dict(a.split("=", 1) for a in args)
+    expand = lambda k: ([k[:m.start()] + x + k[m.end():] for x in m.group(1).split(",")]
+                        if (m := re.search(r"\{([^}]*)\}", k)) else [k])
+    missing = [p for k in cmds for p in expand(k) if not (D / p).is_file()]
+    if missing:
+        sys.exit(f"record {step}: missing {', '.join(missing)} (run the {step} stage)")
+    return cmds
+
+def load_average(entry):  # the stage's /proc/loadavg around its timings, when it ran here
+    la = Path(os.environ["WORK"]) / f"{step}_loadavg.json"
+    if la.is_file():
+        entry["load_average_1min"] = load(la)
+
+if step == "spec":  # ARGS: the commands, then the --frames 200 one
+    entry = {"command": "; ".join(args[:-1]), "command_frames_200": args[-1], "result": {
+        "drafters": sorted(p.stem for p in (D / "drafters").glob("*.safetensors")),
         "trees": sorted(int(p.stem.rsplit("_n", 1)[1]) for p in (D / "trees").glob("offsets_n*.json"))}}
-elif step == "lossless":
+elif step == "lossless":  # every bench/lossless_<drafter>_n16.json on disk
     res = {}
-    for k in ("offsets", "medusa", "shared_low_rank"):
-        r = load(B / f"lossless_{k}_n16.json")
-        res[k] = {"all_passed": r["all_passed"], "controls_all_failed": r["controls_all_failed"],
-                  "min_p": [c["decoder"]["min_p"] for c in r["contexts"]]}
+    for p in sorted(B.glob("lossless_*_n16.json")):
+        r = load(p)
+        res[p.stem[len("lossless_"):-len("_n16")]] = {
+            "all_passed": r["all_passed"], "controls_all_failed": r["controls_all_failed"],
+            "min_p": [c["decoder"]["min_p"] for c in r["contexts"]]}
+    if not res:
+        sys.exit("record lossless: no data/mini/bench/lossless_*_n16.json (run the lossless stage)")
     entry = {"command": "; ".join(args), "result": res}
-elif step == "table3":
-    t = load(B / "table3_offsets_n16.json")
+elif step == "table3":  # ARGS: one command, `... > FILE`: the result is read from FILE
+    t = load(args[0].rsplit(">", 1)[1].strip())
     res = {}
     for r in t["rows"]:
         m = r["metric"]
@@ -136,20 +177,22 @@ elif step == "table3":
                               "diff_ci95": [round(x, 4) for x in r[f"{m}_diff_ci95"]]}
     res["headline_ci_covers_zero"] = t["headline_ci_covers_zero"]
     entry = {"command": "; ".join(args), "result": res}
-elif step in ("stream", "backends"):
-    old = load(D / "manifest.json").get("steps", {}).get(step) or {}
-    cmds = dict(old.get("commands", {}))
-    cmds.update(a.split("=", 1) for a in args)  # FILE=COMMAND (the file holds no '=')
-    entry = {"commands": cmds}
-    la = Path(os.environ["WORK"]) / f"{step}_loadavg.json"
-    if la.is_file():
-        entry["load_average_1min"] = load(la)
-    entry["machine"] = f"{os.cpu_count()} CPU cores" + (f"; {os.environ['MACHINE_NOTE']}"
-                                                        if os.environ.get("MACHINE_NOTE") else "")
-    if step == "backends" and "bench/ar_frame_graph_0.6b.json" not in args:
-        entry["note"] = ("bench/backends_offsets_n16.json re-measured on the rebuilt mini model; "
-                         "bench/ar_frame_graph_0.6b.json (0.6B preset, random weights) does not depend on it "
-                         "and was kept")
+elif step == "intelligibility":
+    entry = {"commands": file_commands(args)}
+elif step == "stream":
+    entry = {"command": "; ".join(args)}
+    load_average(entry)
+elif step == "backends":
+    entry = {"commands": file_commands(args)}
+    load_average(entry)
+    notes = []
+    if os.environ.get("TIMING_NOTE"):
+        notes.append(f"{Path(next(iter(entry['commands']))).name} measured with {os.environ['TIMING_NOTE']}")
+    if not os.environ.get("AR_FRAME_GRAPH"):
+        notes.append("ar_frame_graph_0.6b.json is a random-weight 0.6B-size model (independent of the "
+                     "mini world), kept from the previous world")
+    if notes:
+        entry["note"] = "; ".join(notes)
 else:
     sys.exit(f"record: unknown step {step!r}")
 if os.environ.get("RUN_NOTE"):
@@ -167,19 +210,28 @@ EOF
 }
 
 # --------------------------------------------------------------------------------- the commands
+# As data/mini/manifest.json records them. Loops run as bash; the manifest writes them compactly.
 SPEC_PIPE="RUNS=$SPEC_RUNS bash scripts/mini_spec_pipeline.sh"
 ACC_DRAFTERS=""
 for k in "${DRAFTERS[@]}"; do ACC_DRAFTERS+=" --drafter $k=$D/drafters/$k.safetensors"; done
 SPEC_ACC="$RV bench acceptance --model $M --calibration $SPEC_RUNS/fr_calib$ACC_DRAFTERS --out $B/acceptance.json"
-SPEC_BENCH="$RV bench spec --acceptance $B/acceptance.json --model $M --drafter $D/drafters/offsets.safetensors --budget 4 --frames 60 --threads 1 --compiled --out $B/spec.json"
-SPEC_SLR="$RV bench spec --acceptance $B/acceptance.json --acceptance-drafter shared_low_rank --model $M --drafter $D/drafters/shared_low_rank.safetensors --budget 4 --frames 60 --no-full-size --out $B/spec_shared_low_rank.json"
+# one bench spec per drafter k and tree size n ($k, $n expand in the loop)
+SPEC_BENCH="$RV bench spec --acceptance $B/acceptance.json --acceptance-drafter \$k --model $M --drafter $D/drafters/\$k.safetensors --budget \$n --frames 60 --threads 1 --no-full-size --out $B/spec_\${k}_n\$n.json"
+SPEC_BENCH_RUN="for k in ${SPEC_KINDS[*]}; do for n in ${SPEC_BUDGETS[*]}; do $SPEC_BENCH; done; done"
+SPEC_BENCH_REC="for k in ${SPEC_KINDS[*]}; for n in ${SPEC_BUDGETS[*]}: $SPEC_BENCH"
+# 60 frames is noisy: Medusa at N = 4 (the headline) also over 200
+SPEC_F200="$RV bench spec --acceptance $B/acceptance.json --acceptance-drafter medusa --model $M --drafter $D/drafters/medusa.safetensors --budget 4 --frames 200 --threads 1 --no-full-size --out $B/spec_medusa_n4_f200.json"
 lossless_cmd() { echo "$RV bench lossless --model $M --drafter $D/drafters/$1.safetensors --acceptance $B/acceptance.json --acceptance-drafter $1 --budget 16 --contexts 2 --frames 20000 --control-frames 5000 --json --out $B/lossless_$1_n16.json"; }
-TABLE3_ARGS="--drafter $D/drafters/offsets.safetensors --tree $D/trees/offsets_n16.json --sentences 40 --seeds 0 1"
-TABLE3_REC="$PY scripts/table3.py $TABLE3_ARGS > $B/table3_offsets_n16.json"
-STREAM2="$RV bench stream --threads 2 --json --out $B/stream.json"
-STREAM1="$RV bench stream --threads 1 --no-full-size --json --out $B/stream_threads1.json"
-STREAM_TOL="$PY scripts/stream_tolerance.py --out $B/stream_tolerance.json"
-BACKENDS="$PY scripts/bench_backends_mini.py $B/backends_offsets_n16.json 60 spec,ar"
+ASR_TESTSET="$RV asr testset --codec $D/codec --threads 1 --out $B/recognizer_testset.json"
+WER_LANG="$RV wer --texts data/testset/LANG.txt --lang LANG --seeds 2 --json --out $B/wer_testset_LANG.json"  # LANG: each of WER_LANGS
+WER_GREEDY="$RV wer --texts data/testset/en.txt --lang en --greedy --json --out $B/wer_testset_en_greedy.json"
+MINI_EVAL="$RV mini evaluate --sentences 40 --seeds 2 --out-dir $EVAL_DIR --threads 1"  # only mini_eval.json is committed
+TABLE3_OUT=$B/table3_medusa_n16.json
+TABLE3_ARGS="--drafter $D/drafters/medusa.safetensors --tree $D/trees/medusa_n16.json --sentences 40 --seeds 0 1"
+TABLE3_REC="$PY scripts/table3.py $TABLE3_ARGS > $TABLE3_OUT"
+STREAM="$RV bench stream --drafter $D/drafters/medusa.safetensors --tree $D/trees/medusa_n4.json --threads 2 --no-full-size --out $B/stream_medusa_n4.json"
+BACKENDS_FILE=bench/backends_shared_low_rank_n4.json
+BACKENDS="$PY scripts/bench_backends_mini.py $D/$BACKENDS_FILE 60 spec,ar shared_low_rank 4"
 AR_GRAPH="$RV bench ar --frames 8 --warmup 2 --calls 40 --dtype float32 --threads 2 --frame-graph --json --out $B/ar_frame_graph_0.6b.json"
 SPADE_ALL="$RV spade all --wli-texts 16 --texts 30 --fresh"   # results.json config: wli_texts 16, texts 30, fresh
 SPADE_ABLATE="$RV spade ablate --runs runs/spade/v2 --wli-texts 48 --wli-seeds 3 --texts 80 --seeds 2 --timing-texts 8 --threads 1 --out data/spade/ablation.json"
@@ -187,7 +239,7 @@ SPADE_COMBINED="$RV spade combined --student runs/spade/v2/variants/keep_50% --t
 PROFILE_ACCEPTANCE=${PROFILE_ACCEPTANCE:-runs/real_mini_out/acceptance_lr1e-2.json}
 
 # ------------------------------------------------------------------------------------------ stages
-# check: the rebuild is done, recorded and in the new layout. Reads nothing later stages write.
+# check: the rebuild is done, recorded and in the v3 layout. Reads nothing later stages write.
 stage_check() {
   if pgrep -f "rvqspec(\.cli)? mini build" >/dev/null; then
     echo "error: a mini build is still running (it rewrites the manifest):" >&2; pgrep -af "rvqspec(\.cli)? mini build" >&2
@@ -199,48 +251,55 @@ import json, sys
 from pathlib import Path
 m = json.loads(Path("data/mini/manifest.json").read_text())
 rec = json.loads(Path("data/mini/model/mini_model.json").read_text())["config"]
-model, codec = m["steps"].get("model", {}), m["steps"].get("codec", {})
+codec_file = json.loads(Path("data/mini/codec/codec_config.json").read_text())["config"]
+model = m["steps"].get("model", {})
+codec = m["steps"].get("codec", {}).get("config", {}).get("codec", {})
 print(f"    model: talker {rec['talker_layers']} x {rec['talker_hidden']}, code predictor {rec['cp_layers']} x "
       f"{rec['cp_hidden']} ({'identity' if rec['cp_hidden'] == rec['talker_hidden'] else 'Linear'} projection), "
-      f"{rec['steps']} steps; codec rate_lambda {codec.get('config', {}).get('codec', {}).get('rate_lambda')}")
+      f"{rec['steps']} steps; codec rate_lambda {codec.get('rate_lambda')}, level0_lda {codec_file.get('level0_lda')}")
 bad = []
 if model.get("config") != rec:
     bad.append("manifest steps.model.config differs from data/mini/model/mini_model.json (model not recorded)")
 if (rec["talker_layers"], rec["cp_hidden"], rec["cp_layers"]) != (8, 192, 5):
-    bad.append("the model is not the new layout (talker 8 layers, code predictor 192 x 5)")
-if codec.get("config", {}).get("codec", {}).get("rate_lambda") != 0.001:
+    bad.append("the model is not the v3 layout (talker 8 layers, code predictor 192 x 5)")
+if codec.get("rate_lambda") != 0.001:
     bad.append("the codec is not the rate_lambda = 0.001 one")
+# v3's level 0 is phonetic (c0 by k-means in 64 Fisher-discriminant directions, RVQCodec's
+# level0_lda): codec_config.json config.level0_lda,
+# recorded as manifest steps.codec.config.codec.level0_lda (mini verify checks that they agree)
+if codec_file.get("level0_lda") != 64 or codec.get("level0_lda") != 64:
+    bad.append(f"the codec is not the level0_lda = 64 one (codec_config.json {codec_file.get('level0_lda')}, "
+               f"manifest {codec.get('level0_lda')})")
 for b in bad:
     print("error:", b, file=sys.stderr)
 sys.exit(1 if bad else 0)
 EOF
 }
 
-# spec (~1-1.5 h; old world ~35 min: steps.model finished 23:38:49, steps.spec 00:13:24). Extraction
-# (teacher-forced train, free-running calibration), five drafters, two acceptance tables, trees
-# N = 4..64, the acceptance benchmark (Table 2), bench spec (offsets, N = 4, compiled full-size rows)
-# and bench spec for shared_low_rank. Read by: every later stage (drafters, trees/offsets_n{4,16}.json,
-# bench/acceptance.json); bench stream takes its default N from spec.json full_size.chosen_N;
-# spade combined and the stream projection read acceptance.json; README "Known limits", docs/design.md
-# "Why the mini drafts are hard"; tests/test_mini_model_artifact.py::test_committed_table2_ordering.
+# spec. The pipeline (mini_spec_pipeline.sh: extraction, five drafters, acceptance tables, trees
+# N = 4..64 for offsets / medusa / shared_low_rank), Table 2 (bench acceptance), then the wall clock:
+# bench spec for three drafters at N = 4 and 16, and Medusa at N = 4 over 200 frames. Timing: the
+# bench spec runs want a quiet machine. Read by: every later stage (drafters, trees,
+# bench/acceptance.json); spade combined reads acceptance.json; README "Known limits", docs/design.md;
+# tests/test_mini_model_artifact.py::test_committed_table2_ordering.
 stage_spec() {
   case "$SPEC_RUNS" in runs/*) rm -rf "$SPEC_RUNS" ;; esac  # shards of the old model would be reused
   local t0=$SECONDS
   run_cmd spec-pipeline "$SPEC_PIPE"
   run_cmd spec-acceptance "$SPEC_ACC"
-  run_cmd spec-bench "$SPEC_BENCH"
-  run_cmd spec-bench-slr "$SPEC_SLR"
+  run_cmd spec-bench "$SPEC_BENCH_RUN"
+  run_cmd spec-bench-f200 "$SPEC_F200"
   echo $((SECONDS - t0)) >"$WORK/seconds/spec"
   stage_record_spec
 }
 stage_record_spec() {
-  record spec "$(portable "$SPEC_PIPE")" "$(portable "$SPEC_ACC")" "$(portable "$SPEC_BENCH")" "$(portable "$SPEC_SLR")"
+  record spec "$(portable "$SPEC_PIPE")" "$(portable "$SPEC_ACC")" \
+    "$(portable "$SPEC_BENCH_REC")$(timing_note " during the timing")" "$(portable "$SPEC_F200")$(timing_note)"
 }
 
-# lossless (~2-3 h; 60,000 unbatched speculative frames per drafter: 2 contexts x (20,000 + 2 controls x
-# 5,000), plus 40,000 batched AR frames; old ~25-40 min per drafter). Read by: README "Lossless at
-# model scale" table, docs/design.md "Losslessness at model scale",
-# tests/test_lossless.py::test_committed_mini_lossless_benchmark.
+# lossless (60,000 unbatched speculative frames per drafter: 2 contexts x (20,000 + 2 controls x 5,000),
+# plus 40,000 batched AR frames). Read by: README "Lossless at model scale", docs/design.md
+# "Losslessness at model scale", tests/test_lossless.py::test_committed_mini_lossless_benchmark.
 stage_lossless() {
   require_current_drafters
   local t0=$SECONDS k
@@ -254,65 +313,79 @@ stage_record_lossless() {
   record lossless "${cmds[@]}"
 }
 
-# table3 (~1 h; 6 languages x 40 eval sentences x 2 seeds x AR/spec = 960 syntheses through the mini
-# recognizer; old ~20-30 min). Needs drafters/offsets + trees/offsets_n16.json (and the recognizer).
-# Read by: README "Free-running synthesis" and "Seed Table 3 on the mini world",
-# tests/test_table3_script.py::test_committed_table3.
+# intelligibility (AR only, no drafter): the recognizer on the hand-written test set (clean and
+# codec resynthesis), free-running synthesis of that set in six languages (2 seeds) and English
+# greedy, and the eval split (40 sentences x 2 seeds per language). Read by: README and
+# docs/design.md intelligibility figures.
+stage_intelligibility() {
+  local t0=$SECONDS l
+  run_cmd intelligibility-asr-testset "$ASR_TESTSET"
+  for l in "${WER_LANGS[@]}"; do run_cmd "intelligibility-wer-$l" "${WER_LANG//LANG/$l}"; done
+  run_cmd intelligibility-wer-en-greedy "$WER_GREEDY"
+  run_cmd intelligibility-mini-eval "$MINI_EVAL && cp $EVAL_DIR/mini_eval.json $B/mini_eval.json"
+  echo $((SECONDS - t0)) >"$WORK/seconds/intelligibility"
+  stage_record_intelligibility
+}
+stage_record_intelligibility() {
+  local langs
+  langs=$(IFS=,; echo "${WER_LANGS[*]}")
+  record intelligibility "bench/recognizer_testset.json=$(portable "$ASR_TESTSET")" \
+    "bench/wer_testset_{$langs}.json=$(portable "$WER_LANG")" \
+    "bench/wer_testset_en_greedy.json=$(portable "$WER_GREEDY")" \
+    "bench/mini_eval.json=$(portable "$MINI_EVAL") (mini_eval.json copied)"
+}
+
+# stream (8 streams per mode, Medusa at N = 4, 2 threads). Timing: run on a quiet machine. Read by:
+# docs/streaming.md, the report's stream figures.
+stage_stream() {
+  require_current_drafters
+  local t0=$SECONDS a b
+  a=$(loadavg); run_cmd stream "$STREAM"; b=$(loadavg)
+  printf '{"bench/stream_medusa_n4.json": "%s before, %s after (/proc/loadavg)"}\n' "$a" "$b" >"$WORK/stream_loadavg.json"
+  echo $((SECONDS - t0)) >"$WORK/seconds/stream"
+  stage_record_stream
+}
+stage_record_stream() { record stream "$(portable "$STREAM")$(timing_note)"; }
+
+# backends (eager / compiled / ONNX, spec and AR, shared low-rank at N = 4). Timing: run on a quiet
+# machine. ar_frame_graph_0.6b.json is the 0.6B preset with random weights: model independent,
+# re-measured only with AR_FRAME_GRAPH=1 (~4 min: compile_s 21 s + graph_compile_s 101 s), but its
+# command is recorded either way. Read by: docs/deploy.md "Measured".
+stage_backends() {
+  require_current_drafters
+  local t0=$SECONDS a b
+  a=$(loadavg); run_cmd backends "$BACKENDS"; b=$(loadavg)
+  printf '{"%s": "%s before, %s after (/proc/loadavg)"}\n' "$BACKENDS_FILE" "$a" "$b" >"$WORK/backends_loadavg.json"
+  if [[ -n "${AR_FRAME_GRAPH:-}" ]]; then
+    run_cmd backends-ar-graph "$AR_GRAPH"
+  fi
+  echo $((SECONDS - t0)) >"$WORK/seconds/backends"
+  stage_record_backends
+}
+stage_record_backends() {
+  record backends "$BACKENDS_FILE=PYTHONPATH=\$PWD $(portable "$BACKENDS")" "bench/ar_frame_graph_0.6b.json=$(portable "$AR_GRAPH")"
+}
+
+# table3 (6 languages x 40 eval sentences x 2 seeds x AR/spec = 960 syntheses through the mini
+# recognizer; Medusa at N = 16). Not a timing. Read by: README "Free-running synthesis" and "Seed
+# Table 3 on the mini world", tests/test_table3_script.py::test_committed_table3.
 stage_table3() {
   require_current_drafters
   local t0=$SECONDS
-  run_cmd table3 "$PY scripts/table3.py $TABLE3_ARGS > $WORK/table3.json.part && mv $WORK/table3.json.part $B/table3_offsets_n16.json"
+  run_cmd table3 "$PY scripts/table3.py $TABLE3_ARGS > $WORK/table3.json.part && mv $WORK/table3.json.part $TABLE3_OUT"
   echo $((SECONDS - t0)) >"$WORK/seconds/table3"
   stage_record_table3
 }
 stage_record_table3() { record table3 "$(portable "$TABLE3_REC")"; }
 
-# stream (~10 min; 8 streams per mode x 262 frames, full-size 0.6B projection, tolerance on 4
-# sentences; old ~5 min). Timing: run on a quiet machine. Needs spec.json (chosen N), offsets tree,
-# acceptance.json. Read by: docs/streaming.md ("rvqspec bench stream"), the report's stream figures.
-stage_stream() {
-  require_current_drafters
-  local t0=$SECONDS a b c e f g
-  a=$(loadavg); run_cmd stream-threads2 "$STREAM2"; b=$(loadavg)
-  c=$(loadavg); run_cmd stream-threads1 "$STREAM1"; e=$(loadavg)
-  f=$(loadavg); run_cmd stream-tolerance "$STREAM_TOL"; g=$(loadavg)
-  printf '{"bench/stream.json": "%s before, %s after (/proc/loadavg)", "bench/stream_threads1.json": "%s before, %s after (/proc/loadavg)", "bench/stream_tolerance.json": "%s before, %s after (/proc/loadavg)"}\n' \
-    "$a" "$b" "$c" "$e" "$f" "$g" >"$WORK/stream_loadavg.json"
-  echo $((SECONDS - t0)) >"$WORK/seconds/stream"
-  stage_record_stream
-}
-stage_record_stream() {
-  record stream "bench/stream.json=$(portable "$STREAM2")" "bench/stream_threads1.json=$(portable "$STREAM1")" \
-    "bench/stream_tolerance.json=PYTHONPATH=\$PWD $(portable "$STREAM_TOL")"
-}
-
-# backends (~10 min; Inductor and ONNX setup dominate: old setup_s 175 s in all, ~4 min). Timing:
-# run on a quiet machine. ar_frame_graph_0.6b.json is the 0.6B preset with random weights: model
-# independent, re-measured only with AR_FRAME_GRAPH=1 (~4 min: compile_s 21 s + graph_compile_s 101 s).
-# Read by: docs/deploy.md "Measured".
-stage_backends() {
-  require_current_drafters
-  local t0=$SECONDS args a b
-  a=$(loadavg); run_cmd backends "$BACKENDS"; b=$(loadavg)
-  printf '{"bench/backends_offsets_n16.json": "%s before, %s after (/proc/loadavg)"}\n' "$a" "$b" >"$WORK/backends_loadavg.json"
-  args=("bench/backends_offsets_n16.json=PYTHONPATH=\$PWD $(portable "$BACKENDS")")
-  if [[ -n "${AR_FRAME_GRAPH:-}" ]]; then
-    run_cmd backends-ar-graph "$AR_GRAPH"
-    args+=("bench/ar_frame_graph_0.6b.json=$(portable "$AR_GRAPH")")
-  fi
-  echo $((SECONDS - t0)) >"$WORK/seconds/backends"
-  record backends "${args[@]}"
-}
-stage_record_backends() { record backends "bench/backends_offsets_n16.json=PYTHONPATH=\$PWD $(portable "$BACKENDS")"; }
-
-# spade (~4-5 h on one thread). 1) `spade all` re-derives data/spade/results.{json,md,html} and
-# importance.html (old <= 40 min: students 62 s each, evaluation 42-88 s synthesis per row; the
-# 8-layer teacher has 9 WLI passes instead of 5, ~1-1.5 h). 2) `spade ablate` and 3) `spade combined`
-# are data/spade/README.md's v2 study (ablation ~2.5-3.5 h: 13 evaluated models x 160 clips, 9 WLI
-# passes x 144 clips, ~11 distillations; combined ~10 min), written to data/spade/ablation.{json,md}
-# and combined.json. combined reads results.json's projection timings and bench/acceptance.json.
-# Read by: tests/test_spade_combined.py (results.json "projection"), notebooks/07_spade (none
-# committed), data/spade/README.md prose (hand edit: it still says "a 4-layer talker").
+# spade: NOT YET RUN ON THE V3 WORLD, so these commands are untested on it (data/spade still holds the
+# v1 run). They are data/spade/README.md's: 1) `spade all` re-derives data/spade/results.{json,md,html}
+# and importance.html (the 8-layer teacher needs 9 WLI passes); 2) `spade ablate` and 3) `spade
+# combined` are the study on a talker worth pruning (ablation: 13 evaluated models x 160 clips, 9 WLI
+# passes x 144 clips, ~11 distillations, the bulk of the stage's hours), written to
+# data/spade/ablation.{json,md} and combined.json. combined reads results.json's projection timings
+# and bench/acceptance.json. Read by: tests/test_spade_combined.py (results.json "projection"),
+# notebooks/07_spade (none committed), data/spade/README.md prose (hand edit afterwards).
 stage_spade() {
   require_current_drafters
   local t0=$SECONDS
@@ -361,9 +434,9 @@ stage_profiles() {
   fi
 }
 
-# anchor (opt-in, ~10-20 min): the gate harness on the committed world. The committed anchor is the
-# OLD world's column of docs/design.md "Mini world v2 gates"; set ANCHOR_OUT to keep it and write the
-# new world beside it (e.g. docs/measurements/gate_anchor_v2_world.json).
+# anchor (opt-in, ~10-20 min): the gate harness on the committed world. The committed anchor was
+# measured on an earlier world (its model_config says which) and docs/design.md quotes it as that
+# world's column: set ANCHOR_OUT to keep it and write this world's beside it.
 stage_anchor() {
   local out=${ANCHOR_OUT:-docs/measurements/gate_anchor_committed_world.json}
   local why=${ANCHOR_FALSIFIED_IF:-"Anchor, not a gate: the committed full-scale world measured by the same code on the same split sizes."}
@@ -383,7 +456,7 @@ stage_notebooks() {
   done
 }
 
-# demo (opt-in, ~10-15 min): README Quickstart's "make demo (6 min 42 s ...)"; fresh caches.
+# demo (opt-in, ~4-10 min): the README Quickstart's `make demo` time; fresh caches.
 stage_demo() {
   rm -rf runs/demo report
   local t0=$SECONDS
@@ -424,30 +497,37 @@ if acc:
         share = f", {100*bl['16']['replay_tokens_per_call']/med:.0f}% of Medusa" if med else ""
         print(f"  {k}: {' / '.join(f'{x:.3f}' for x in t)}; oracle N=16 {bl['16']['oracle_tokens_per_call']:.2f}; "
               f"+{e['added_parameters']:,} params ({e['added_percent']:.3f}%){share}")
-s = load(B / "spec.json")
-if s:
-    print(f"== bench spec: mini speedup {s['mini']['speedup']:.2f}x at {s['mini']['tokens_per_call']:.3f} tokens/call; "
-          f"full size chosen N {s['full_size']['chosen_N']} (projected {s['full_size']['chosen_projected_speedup']:.2f}x)")
-for k in ("offsets", "medusa", "shared_low_rank"):
-    r = load(B / f"lossless_{k}_n16.json")
+for p in sorted(B.glob("spec_*.json")):
+    s = load(p)["mini"]
+    print(f"== bench spec {p.name}: {s['drafter']} N {s['tree_nodes']}, {s['frames']} frames: {s['speedup']:.2f}x "
+          f"({s['ar_ms_per_frame']:.1f} -> {s['spec_ms_per_frame']:.1f} ms/frame) at {s['tokens_per_call']:.3f} tokens/call")
+for p in sorted(B.glob("lossless_*_n16.json")):
+    r = load(p); k = p.stem[len("lossless_"):-len("_n16")]
     if r:
         print(f"== lossless {k}: pass {r['all_passed']}, controls fail {r['controls_all_failed']}; min p "
               + ", ".join(f"{c['decoder']['min_p']:.2g}" for c in r["contexts"])
               + "; accepted/frame " + ", ".join(str(c["decoder"]["accepted_per_frame"]) for c in r["contexts"])
               + "; always-accept impossible " + " / ".join(str(c["control_always_accept"]["impossible"]) for c in r["contexts"])
               + "; full-p min p " + " / ".join(f"{c['control_full_p']['min_p']:.0e}" for c in r["contexts"]))
-t = load(B / "table3_offsets_n16.json")
-if t:
-    print("== README Table 3 (%): lang metric AR spec [diff CI] | CER AR/spec | spec tokens/call")
+for p in sorted(B.glob("table3_*.json")):
+    t = load(p)
+    print(f"== README Table 3 ({p.name}, %): lang metric AR spec [diff CI] | CER AR/spec | spec tokens/call")
     for r in t["rows"]:
         mt = r["metric"]; lo, hi = r[f"{mt}_diff_ci95"]
         print(f"  {r['language']} {mt} {100*r[f'ar_{mt}']:.1f} {100*r[f'spec_{mt}']:.1f} "
               f"{100*r[f'{mt}_diff']:+.1f} [{100*lo:.1f}, {100*hi:.1f}] | {100*r['ar_cer']:.1f} / {100*r['spec_cer']:.1f} | "
               f"{r['spec_tokens_per_call']:.3f}")
     print(f"  intervals covering 0: {t['headline_ci_covers_zero']} of {len(t['rows'])}")
-for f in ("stream.json", "stream_threads1.json"):
-    r = load(B / f)
-    if r:
+ev = load(B / "mini_eval.json")
+if ev:
+    print("== intelligibility, eval split (mini_eval.json), %: " + "; ".join(
+        f"{k} PER {100*r['per']:.1f} CER {100*r['cer']:.1f} WER {100*r['wer']:.1f}" for k, r in ev["intelligibility"].items()))
+for p in sorted(B.glob("wer_testset_*.json")):
+    r = load(p)
+    print(f"== {p.name}: {r['language']} n {r['n']}, PER {100*r['per']:.1f} CER {100*r['cer']:.1f} WER {100*r['wer']:.1f} % ({r['decoding']})")
+for p in sorted(B.glob("stream_*.json")):
+    r = load(p); f = p.name
+    if r and "ar" in r:
         print(f"== docs/streaming.md {f}: " + "; ".join(
             f"{mo} TTFA p50/p95 {r[mo]['ttfa_ms_p50']}/{r[mo]['ttfa_ms_p95']} ms RTF {r[mo]['rtf']} calls/s "
             f"{r[mo]['talker_calls_per_audio_s']}/{r[mo]['predictor_calls_per_audio_s']} host {r[mo]['host_ms_per_frame']} ms "
@@ -462,9 +542,9 @@ if tol:
         f"{k} {min(s['stream_db'][k] for s in tol['sentences']):.2f}-{max(s['stream_db'][k] for s in tol['sentences']):.2f} dB"
         for k in tol["sentences"][0]["stream_db"]) + "; floor " +
         f"{min(s['floor_db'] for s in tol['sentences']):.2f}-{max(s['floor_db'] for s in tol['sentences']):.2f} dB")
-bk = load(B / "backends_offsets_n16.json")
-if bk:
-    print(f"== docs/deploy.md backends (codes agree {bk['codes_agree_across_backends']}):")
+for p in sorted(B.glob("backends_*.json")):
+    bk = load(p)
+    print(f"== docs/deploy.md {p.name} (codes agree {bk['codes_agree_across_backends']}):")
     for mo, rows in bk["modes"].items():
         for be, r in rows.items():
             print(f"  {mo}/{be}: frame {r['frame_ms']} ms, calls/frame {r['calls_per_frame']}, tok/call {r['tokens_per_call']}, "
@@ -488,10 +568,12 @@ stage_verify() {
 }
 
 # --------------------------------------------------------------------------------------- dispatch
-ORDER=(check spec record-spec lossless record-lossless table3 record-table3 stream record-stream
-       backends record-backends spade rehearsal profiles anchor notebooks demo figures verify)
-DEFAULT=(check spec lossless table3 stream backends spade rehearsal profiles notebooks figures verify)
-NO_CHECK=(figures list verify record-spec record-lossless record-table3 record-stream record-backends)
+ORDER=(check spec record-spec lossless record-lossless intelligibility record-intelligibility stream
+       record-stream backends record-backends table3 record-table3 spade rehearsal profiles anchor notebooks
+       demo figures verify)
+DEFAULT=(check spec lossless intelligibility stream backends table3 spade rehearsal profiles notebooks figures verify)
+NO_CHECK=(figures list verify record-spec record-lossless record-intelligibility record-stream record-backends
+          record-table3)
 
 if [[ ${1:-} == list || ${1:-} == -h || ${1:-} == --help ]]; then
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'

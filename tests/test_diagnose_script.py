@@ -50,3 +50,11 @@ def test_an_unknown_variant_exits_2_with_one_line():
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "'nope'" in r.stderr
+
+
+def test_a_bad_sampling_option_exits_2_with_one_line():
+    r = subprocess.run([sys.executable, str(SCRIPTS / "diagnose_intelligibility.py"), "--top-k", "-3"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "top_k" in r.stderr and "-3" in r.stderr
+

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from rvqspec.mini.build import (ArtifactError, BuildConfig, BuildError, _import_step, build, parse_steps,
                                 verify_artifacts)
@@ -255,3 +256,26 @@ def test_recognizer_deep_gate_names_a_missing_world(tmp_path):
     assert bad.returncode == 2
     assert bad.stderr.strip() == f"{tmp_path / 'w'}: no candidate world (data/manifest.json, runs/corpus) there (set W)"
     assert not (tmp_path / "g").exists() and not (tmp_path / "o.json").exists()
+
+
+def test_model_step_refines_the_code_predictor_on_a_frozen_talker(toy, tmp_path):
+    """`cp_refine_steps` trains only the code predictor after the joint steps: the talker's weights
+    are the joint recipe's (same seed, same steps), the predictor's differ, and the metrics say so."""
+    from dataclasses import replace
+
+    import rvqspec.mini.talker_train as tt
+    from rvqspec.core.checkpoint import load_qwen3_tts
+
+    paths, _ = toy
+    cfg = replace(tt.MiniModelConfig.toy(), steps=3)
+    plain = tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "plain", config=cfg, tokenizer_path=paths.tokenizer)
+    refined = tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "refined",
+                                  config=replace(cfg, cp_refine_steps=4), tokenizer_path=paths.tokenizer)
+    assert "cp_refine_steps" not in plain and refined["cp_refine_steps"] == 4 and refined["cp_refine_frames"] > 0
+    a, b = load_qwen3_tts(tmp_path / "plain"), load_qwen3_tts(tmp_path / "refined")
+    for (name, p), q in zip(a.talker.state_dict().items(), b.talker.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert any(not torch.equal(p, q) for p, q in zip(a.code_predictor.state_dict().values(),
+                                                      b.code_predictor.state_dict().values()))
+    rec = json.loads((tmp_path / "refined" / "mini_model.json").read_text())
+    assert rec["config"]["cp_refine_steps"] == 4

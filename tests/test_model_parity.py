@@ -20,7 +20,11 @@ from rvqspec.core.model import KVCache, MultiCodeDecoder, causal_mask
 from rvqspec.real.official import import_official
 from rvqspec.core.sampling import Sampling
 
-TOL = 1e-5     # fp32 max abs logit difference
+# fp32 max abs logit difference: the two stacks order their float32 sums differently (fused
+# attention, matmul blocking by thread count), which has measured up to 1.1e-5 over 15 positions;
+# the perturbed-weight control must still exceed CONTROL_MARGIN x TOL
+TOL = 3e-5
+CONTROL_MARGIN = 10
 ALPHA = 1e-6   # chi-square significance level for "distributions differ"
 N_FRAMES = 20_000
 
@@ -167,7 +171,7 @@ def test_perturbed_weight_is_detected(pair) -> None:
     finally:
         with torch.no_grad():
             w.sub_(1e-3)
-    assert (mine - ref).abs().max().item() > TOL
+    assert (mine - ref).abs().max().item() > CONTROL_MARGIN * TOL
 
 
 def test_talker_multistep_logits_match_official(pair) -> None:

@@ -26,6 +26,10 @@ def build_command(
     level0_lda: int = typer.Option(None, "--level0-lda", min=0,
                                    help="Codec step: assign level 0 in this many phoneme-discriminant "
                                         "directions (0: plain residual k-means; default: BuildConfig's, 64)."),
+    cp_refine_steps: int = typer.Option(None, "--cp-refine-steps", min=0,
+                                        help="Model step: train the code predictor alone this many steps on the "
+                                             "frozen talker's states after the joint training (default: "
+                                             "MiniModelConfig's, 0)."),
 ) -> None:
     """Build the mini world's artifacts and record them in <out>/manifest.json."""
     from rvqspec.mini.build import BuildConfig, BuildError, build, parse_steps
@@ -33,7 +37,8 @@ def build_command(
 
     try:
         cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec,
-                          **({} if level0_lda is None else {"level0_lda": level0_lda}))
+                          **({} if level0_lda is None else {"level0_lda": level0_lda}),
+                          **({} if cp_refine_steps is None else {"cp_refine_steps": cp_refine_steps}))
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
     except (BuildError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

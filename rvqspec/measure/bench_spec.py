@@ -148,9 +148,10 @@ def _random_tree(n: int) -> SparseTree:
 def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Sequence[int] = BUDGETS,
                     name: str = "0.6b", dtype: torch.dtype = torch.float32, repeats: int = 30, warmup: int = 5,
                     threads: int | None = None, seed: int = 0, progress: bool = True, config=None,
-                    compiled: bool = False) -> dict:
+                    compiled: bool = False, compile_config=None) -> dict:
     """Time q=1 (an AR step) vs q=N+1 (a verify call) on a random full-size code predictor
-    (`config` overrides the preset, for smoke tests)."""
+    (`config` overrides the preset, for smoke tests; `compile_config` the CompileConfig of the
+    compiled calls, default CompileConfig())."""
     old = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -196,7 +197,8 @@ def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Se
         if compiled:
             from rvqspec.core.compiled import CompileConfig, CompiledCodePredictor
 
-            ccp = CompiledCodePredictor(cp)
+            cc = compile_config or CompileConfig()
+            ccp = CompiledCodePredictor(cp, cc)
             x1 = torch.nn.functional.embedding(code, cp.model.codec_embedding[p - 2].weight).unsqueeze(1)  # (1, 1, E)
             t1c = timeit(lambda: ccp.step_logits(x1, p))  # warm-up compiles
             res["t_q1_ms_compiled"] = round(1e3 * t1c, 4)
@@ -209,7 +211,7 @@ def bench_full_size(tokens_per_call: dict[int, float] | None = None, budgets: Se
             over = tN / t1 - 1.0
             row = {"q": N + 1, "t_ms": round(1e3 * tN, 4), "verify_overhead": round(over, 4)}
             if compiled:
-                cspec = SpeculativeCodePredictor(cp, drafter, _random_tree(N), compile=CompileConfig())
+                cspec = SpeculativeCodePredictor(cp, drafter, _random_tree(N), compile=cc)
                 tNc = timeit(lambda: cspec.verify_call(vcache, m, tokens))
                 row.update(t_ms_compiled=round(1e3 * tNc, 4), verify_overhead_compiled=round(tNc / t1c - 1.0, 4))
             if tokens_per_call and N in tokens_per_call:

@@ -66,6 +66,9 @@ class BuildConfig:
     # the committed world's phonetic level 0 (CodecConfig.level0_lda; docs/design.md, "Mini world v3"):
     # free-running English CER 45.0% -> 36.2% against the plain residual level 0 (0)
     level0_lda: int | None = 64  # None: the codec config's own
+    # model step: code-predictor steps on the frozen talker after the joint training
+    # (MiniModelConfig.cp_refine_steps; docs/design.md, "A code predictor trained for more epochs")
+    cp_refine_steps: int | None = None  # None: the model config's own
 
     def corpus_config(self):
         return CorpusConfig.toy() if self.toy else CorpusConfig()
@@ -204,6 +207,8 @@ def step_model(paths: MiniPaths, cfg: BuildConfig) -> dict:
     train_mini_model = _import_step("rvqspec.mini.talker_train", "train_mini_model")
     config_cls = _import_step("rvqspec.mini.talker_train", "MiniModelConfig")
     config = config_cls.toy() if cfg.toy else config_cls()
+    if cfg.cp_refine_steps is not None:
+        config = dataclasses.replace(config, cp_refine_steps=cfg.cp_refine_steps)
     result = train_mini_model(paths.corpus, paths.codec, paths.model, config=config)  # config decides toy
     # the whole recipe, as the other steps record theirs (the model's mini_model.json holds the same)
     return {"config": _jsonable(config), "result": _jsonable(result) if result is not None else None}

@@ -34,7 +34,7 @@ from rvqspec.core.jsonfile import portable_path
 from rvqspec.measure.stats import paired_rate_difference
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
 from rvqspec.real.asr import load_recognizer
-from rvqspec.spade.distill import DistillConfig
+from rvqspec.spade.distill import VALIDATION_UTTERANCES, DistillConfig
 from rvqspec.spade.evaluate import EvalConfig, evaluate_models, fingerprint, timing_benchmark, write_json
 from rvqspec.spade.experiment import make_student
 from rvqspec.spade.importance import ImportanceConfig, heldout_texts, layer_importance, select_by
@@ -95,13 +95,15 @@ class AblationConfig:
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(texts=40, seeds=(0, 1), timing_texts=4))
     bootstrap: int = 2000           # paired resamples of texts per interval
     bootstrap_seed: int = 0
+    validation_utterances: int = VALIDATION_UTTERANCES  # distillation's before/after validation losses (students' metrics)
 
     @classmethod
     def quick(cls) -> "AblationConfig":
         """Seconds-to-minutes scale for tests and a smoke run: every variant, tiny samples."""
         return cls(importance=ImportanceConfig(wli_texts=2, wli_seeds=(0,), cosine_utterances=4, bootstrap=50),
                    distill=DistillConfig(steps=2, batch_utterances=2, warmup_steps=1, cp_frames=16),
-                   eval=EvalConfig(texts=3, seeds=(0,), timing_texts=1, timing_reps=1), bootstrap=100)
+                   eval=EvalConfig(texts=3, seeds=(0,), timing_texts=1, timing_reps=1), bootstrap=100,
+                   validation_utterances=4)
 
 
 def plan(importance: dict, num_layers: int, cfg: AblationConfig) -> dict[str, dict]:
@@ -174,7 +176,7 @@ def run_ablation(data_dir: str | Path | None = None, runs_dir: str | Path = "run
     for name, v in variants.items():
         d = _recipe_dir(runs, v)
         students[name] = dict(make_student(name, teacher, v["keep"], v["distill"], corpus, d, teacher_dir, fresh,
-                                           v["selection"]), dir=d)
+                                           v["selection"], c.validation_utterances), dir=d)
         _link(runs / "variants" / name, d)
 
     # 3. WER/CER of every variant on the same texts x seeds (no timing here: see 4)

@@ -23,7 +23,8 @@ from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
 from rvqspec.core.defaults import DRAFTER_PREFERENCE
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
 from rvqspec.real.asr import load_recognizer
-from rvqspec.spade.distill import DistillConfig, distill, save_student, student_code_predictor
+from rvqspec.spade.distill import (VALIDATION_UTTERANCES, DistillConfig, distill, save_student,
+                                   student_code_predictor)
 from rvqspec.spade.evaluate import (
     EvalConfig,
     evaluate_models,
@@ -81,8 +82,10 @@ def find_drafter_and_tree(data_dir: Path, nodes: int = 16) -> tuple[Path | None,
 
 
 def make_student(name: str, teacher, keep: list[int], cfg: DistillConfig | None, corpus: Path, out: Path,
-             teacher_dir: Path, fresh: bool, selection: str) -> dict:
-    """Make (or reuse) one student checkpoint; cfg None = pruned only."""
+             teacher_dir: Path, fresh: bool, selection: str,
+             validation_utterances: int = VALIDATION_UTTERANCES) -> dict:
+    """Make (or reuse) one student checkpoint; cfg None = pruned only. `validation_utterances`:
+    `distill`'s (only its validation metrics depend on it)."""
     meta = out / "spade.json"
     want = dict(keep_layers=keep, distill=asdict(cfg) if cfg else None, teacher_hash=model_hash(teacher.talker))
     if meta.exists() and not fresh:
@@ -95,7 +98,8 @@ def make_student(name: str, teacher, keep: list[int], cfg: DistillConfig | None,
         save_student(student, student_code_predictor(teacher.code_predictor, student), teacher.config, out,
                      teacher_dir, info)
         return info
-    res = distill(teacher.talker, teacher.code_predictor, keep, corpus, cfg)
+    res = distill(teacher.talker, teacher.code_predictor, keep, corpus, cfg,
+                  validation_utterances=validation_utterances)
     info = dict(name=name, selection=selection, distilled=True, targets=res.targets,
                 metrics={k: v for k, v in res.metrics.items() if k != "config"}, **want)
     save_student(res.student, res.code_predictor, teacher.config, out, teacher_dir, info)
