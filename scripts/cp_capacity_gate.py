@@ -190,13 +190,13 @@ def main(argv=None) -> dict:
     token_vocab = PhonemeTokenizer.load(args.gate / "model" / TOKENIZER_FILE).vocab_size
     pred = Predictor(args.arm, h.shape[1], vocab, model.talker.model.codec_embedding, token_vocab,
                      init=model.code_predictor)
-    hist = train(pred, h, codes, toks, args.steps, args.batch, args.lr, g) if args.steps else [float("nan")]
+    hist = train(pred, h, codes, toks, args.steps, args.batch, args.lr, g) if args.steps else []
     pred.eval()
     codec = load_codec(default_data_dir() / "codec")
     ev = english(corpus, "eval", 40)
     result = dict(arm=args.arm, steps=args.steps, batch=args.batch, lr=args.lr, training_frames=int(h.shape[0]),
                   parameters=sum(p.numel() for p in pred.parameters() if p.requires_grad),
-                  final_train_ce=float(np.mean(hist[-50:])), **evaluate(pred, model, codec, ev, tables, args.sentences),
+                  final_train_ce=float(np.mean(hist[-50:])) if hist else None, **evaluate(pred, model, codec, ev, tables, args.sentences),
                   sentences=args.sentences, seconds=round(time.time() - t0),
                   command="python scripts/cp_capacity_gate.py " + " ".join(argv or sys.argv[1:]),
                   falsified_if=("wide lowers cp_frame CER by < 5 points against base (capacity), token by < 10 "
