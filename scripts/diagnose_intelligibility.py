@@ -37,7 +37,7 @@ from rvqspec.core.frame_loop import (
     teacher_forced_inner,
     teacher_forced_talker,
 )
-from rvqspec.core.jsonfile import write_json_atomic
+from rvqspec.core.jsonfile import portable_path, write_json_atomic
 from rvqspec.core.sampling import Sampling, sample_logits
 from rvqspec.mini.corpus import load_corpus
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
@@ -151,7 +151,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
         table[v] = dict(per=s["per"], cer=s["cer"], wer=s["wer"], c0_agreement=float(np.mean(r["c0_agree"])),
                         feature_mse=float(np.mean(r["mse"])))
     result = dict(model=str(model_dir or "data/mini/model"), codec=str(codec_dir or "data/mini/codec"),
-                  recognizer=str(recognizer_dir or "data/mini/recognizer"), corpus=str(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
+                  recognizer=str(recognizer_dir or "data/mini/recognizer"), corpus=portable_path(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
                   sampling=f"top-k {sampling.top_k}, top-p {sampling.top_p}, T = {sampling.temperature} "
                            "(talker and code predictor; rvqspec.core.sampling.Sampling)", variants=table,
                   **({} if command is None else {"command": command}))
