@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 
 from rvqspec.core.checkpoint import load_qwen3_tts
 from rvqspec.core.config import CodePredictorConfig
-from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
+from rvqspec.core.frame_loop import teacher_forced_inner
 from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.core.model import MultiCodeDecoder
 from rvqspec.core.sampling import Sampling, probs
@@ -59,6 +59,7 @@ from rvqspec.mini.learned_codec import load_codec
 from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 from rvqspec.mini.pipeline import default_data_dir
 from rvqspec.mini.predictor_refine import cosine_adamw_steps
+from rvqspec.mini.predictor_refine import talker_states as frame_states  # this script's adds the tokens
 from rvqspec.mini.recognizer import intelligibility_score
 from rvqspec.real.asr import load_recognizer
 
@@ -71,16 +72,11 @@ GATE = REPO / "runs" / "gates" / "timing_p2"  # scripts/token_timing_gate.py --p
 ARMS = ("base", "token", "wide", "dropout", "continue")
 
 
-@torch.inference_mode()
 def talker_states(model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(hidden (N, E), codes (N, 16), tokens (N,)) of every frame, the talker on the true history."""
-    hs = []
-    for t, c, _ in rows:
-        h, _ = teacher_forced_talker(model.talker, model.code_predictor, torch.from_numpy(t).view(1, -1),
-                                     torch.from_numpy(c).view(1, -1, 16))
-        hs.append(h[0])
-    return (torch.cat(hs), torch.from_numpy(np.concatenate([c for _, c, _ in rows])),
-            torch.from_numpy(np.concatenate([t for t, _, _ in rows])))
+    h, codes = frame_states(model.talker, model.code_predictor, [t for t, _, _ in rows], [c for _, c, _ in rows],
+                            progress=False)
+    return h, codes, torch.from_numpy(np.concatenate([t for t, _, _ in rows]))
 
 
 class Predictor(torch.nn.Module):

@@ -13,7 +13,6 @@ Nothing here teaches the predictor to look ahead.
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable, Sequence
 
@@ -24,6 +23,7 @@ from tqdm.auto import tqdm
 
 from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.mini.schedule import warmup_cosine
 
 
 @torch.inference_mode()
@@ -47,9 +47,7 @@ def cosine_adamw_steps(params: list[torch.nn.Parameter], loss_of_step: Callable[
     """`steps` AdamW steps on `loss_of_step(step)` with warm-up then cosine decay and gradient
     clipping at 1, the joint recipe's optimizer; returns the per-step losses."""
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
-    warmup = min(100, max(1, steps // 10))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(min(100, max(1, steps // 10)), steps))
     losses = []
     bar = tqdm(range(steps), desc=desc, unit="step", disable=not progress)
     for step in bar:

@@ -12,7 +12,6 @@ reads a real checkpoint, with the phoneme tokenizer and the codec config beside 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 from rvqspec.mini.learned_codec import load_codec
 from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 from rvqspec.mini.predictor_refine import refine_code_predictor, talker_states
+from rvqspec.mini.schedule import warmup_cosine
 
 NUM_SPECIAL_CODEC_TOKENS = 8  # pad, bos, eos, think, nothink, think_bos, think_eos, spare
 
@@ -237,8 +237,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
         cp.load_state_dict(init.code_predictor.state_dict())
     params = list(talker.parameters()) + list(cp.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup_steps, cfg.steps))
     rng = np.random.default_rng(cfg.seed)
     t0 = time.time()
     history = []
@@ -261,14 +260,11 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     talker.eval(), cp.eval()
     refined = {}
     if cfg.cp_refine_steps:
-        for p in talker.parameters():
-            p.requires_grad_(False)
+        talker.requires_grad_(False)  # frozen: its codec embedding is the predictor's c0 table, too
         hidden, frame_codes = talker_states(talker, cp, texts, codes)  # (N, E), (N, 16)
         refined = refine_code_predictor(cp, hidden, frame_codes, cfg.cp_refine_steps, cfg.cp_frames,
                                         cfg.cp_refine_lr, cfg.weight_decay, g)
         del hidden, frame_codes
-        for p in talker.parameters():
-            p.requires_grad_(True)
     val = validation_loss(talker, cp, corpus_dir)
     metrics = dict(train_seconds=round(time.time() - t0, 1), steps=cfg.steps,
                    final_train_loss_c0=float(np.mean([h[0] for h in history[-50:]])),

@@ -51,6 +51,7 @@ from tqdm.auto import tqdm
 from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
 from rvqspec.core.frame_loop import talker_inputs
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
+from rvqspec.mini.schedule import warmup_cosine
 from rvqspec.mini.talker_train import load_split, losses_from_talker, training_batch, validation_loss
 from rvqspec.spade.prune import prune_talker
 from rvqspec.spade.trace import Trace, trace_talker
@@ -234,8 +235,7 @@ def distill(teacher_talker: CodeDecoder, code_predictor: MultiCodeDecoder, keep_
     rng = np.random.default_rng(c.seed)
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / c.warmup_steps) * 0.5 * (1 + math.cos(math.pi * min(s, c.steps) / c.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(c.warmup_steps, c.steps))
     val_before = (validation_loss(student.eval(), s_cp, Path(corpus_dir), limit=validation_utterances)
                   if batches is None else {})
     student.train()
