@@ -279,3 +279,42 @@ def test_model_step_refines_the_code_predictor_on_a_frozen_talker(toy, tmp_path)
                                                       b.code_predictor.state_dict().values()))
     rec = json.loads((tmp_path / "refined" / "mini_model.json").read_text())
     assert rec["config"]["cp_refine_steps"] == 4
+
+
+def test_refining_a_saved_model_keeps_its_talker_and_records_the_steps(toy, tmp_path):
+    """`rvqspec mini refine`: a trained model's predictor refined after the fact. The talker is the
+    saved one bit for bit, the predictor moved, the saved model is untouched, the record adds up the
+    steps; a missing folder is exit 2 with one line and writes nothing."""
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    import rvqspec.mini.talker_train as tt
+    from rvqspec.cli import app
+    from rvqspec.core.checkpoint import load_qwen3_tts
+
+    paths, _ = toy
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "base", config=replace(tt.MiniModelConfig.toy(), steps=3),
+                        tokenizer_path=paths.tokenizer)
+    base_bytes = (tmp_path / "base" / "model.safetensors").read_bytes()
+    res = CliRunner().invoke(app, ["mini", "refine", "--model", str(tmp_path / "base"), "--corpus", str(paths.corpus),
+                                   "--steps", "3", "--out-dir", str(tmp_path / "r1")])
+    assert res.exit_code == 0, res.output
+    tt.refine_saved_model(tmp_path / "r1", paths.corpus, tmp_path / "r2", 2)
+    a, b = load_qwen3_tts(tmp_path / "base"), load_qwen3_tts(tmp_path / "r2")
+    for (name, p), q in zip(a.talker.state_dict().items(), b.talker.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert any(not torch.equal(p, q) for p, q in zip(a.code_predictor.state_dict().values(),
+                                                      b.code_predictor.state_dict().values()))
+    assert (tmp_path / "base" / "model.safetensors").read_bytes() == base_bytes
+    rec = json.loads((tmp_path / "r2" / "mini_model.json").read_text())
+    assert rec["config"]["cp_refine_steps"] == 5 and rec["metrics"]["cp_refine_steps"] == 5
+    assert rec["refined_from"] == str(tmp_path / "r1") and (tmp_path / "r2" / "phoneme_tokenizer.json").is_file()
+    with pytest.raises(ValueError, match="new folder"):
+        tt.refine_saved_model(tmp_path / "r2", paths.corpus, tmp_path / "r2", 1)
+
+    bad = CliRunner().invoke(app, ["mini", "refine", "--model", str(tmp_path / "nope"), "--corpus", str(paths.corpus),
+                                   "--steps", "1", "--out-dir", str(tmp_path / "r3")])
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines() == [f"error: --model: {tmp_path / 'nope' / 'mini_model.json'} does not exist"]
+    assert not (tmp_path / "r3").exists()

@@ -46,6 +46,33 @@ def build_command(
     typer.echo(f"manifest: {Path(out) / 'manifest.json'} ({manifest['total_bytes'] / 1e6:.1f} MB of artifacts)")
 
 
+@mini_app.command("refine")
+def refine_command(
+    model: Path = opt.model(DEFAULT_DATA_DIR / "model", "Trained mini model folder to refine (not overwritten)."),
+    corpus: Path = typer.Option(DEFAULT_DATA_DIR / "corpus", "--corpus",
+                                help="Corpus with the model's training splits (codes and phoneme frames)."),
+    steps: int = typer.Option(..., "--steps", min=1, help="Code-predictor steps on the frozen talker's states."),
+    lr: float = typer.Option(None, "--lr", help="Peak learning rate (default: MiniModelConfig.cp_refine_lr)."),
+    out: Path = opt.out_dir(..., "Folder for the refined model (written whole, then renamed)."),
+    threads: int = _THREADS,
+) -> None:
+    """Train a trained model's code predictor alone on its frozen talker's states (the build's
+    --cp-refine-steps, applied after the fact); the talker is copied unchanged."""
+    from rvqspec.mini.talker_train import refine_saved_model
+
+    for path, what in ((model / "mini_model.json", "--model"), (corpus, "--corpus")):
+        if not path.exists():
+            typer.echo(f"error: {what}: {path} does not exist", err=True)
+            raise typer.Exit(2)
+    try:
+        metrics = refine_saved_model(model, corpus, out, steps, lr=lr, threads=threads or None)
+    except (KeyError, ValueError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    typer.echo(f"wrote {out}: val_loss_cp {metrics.get('val_loss_cp', float('nan')):.4f} "
+               f"after {metrics['cp_refine_steps']} refinement steps")
+
+
 @mini_app.command("verify")
 def verify_command(
     data: Path = typer.Option(DEFAULT_DATA_DIR, "--data", help="Directory with manifest.json."),

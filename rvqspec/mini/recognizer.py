@@ -675,16 +675,17 @@ def resynthesize(codec, audios: Sequence[np.ndarray], desc: str = "codec resynth
     if griffin_lim_iters is not None and hasattr(codec, "config"):
         codec = copy.copy(codec)  # the caller's codec keeps its own config
         codec.config = dataclasses.replace(codec.config, griffin_lim_iters=griffin_lim_iters)
-    out = []
+    def decode(clip) -> np.ndarray:
+        decoded = codec.decode(clip)
+        decoded = decoded.detach().cpu().numpy() if torch.is_tensor(decoded) else np.asarray(decoded)
+        return decoded.reshape(-1).astype(np.float32)
+
     with torch.no_grad():
-        codes = [codec.encode(audio) for audio in tqdm(audios, desc=f"{desc}: encode", leave=False)]
-        if recode is not None:
-            codes = recode(codes)
-        for clip in tqdm(codes, desc=desc, leave=False):
-            decoded = codec.decode(clip)
-            decoded = decoded.detach().cpu().numpy() if torch.is_tensor(decoded) else np.asarray(decoded)
-            out.append(decoded.reshape(-1).astype(np.float32))
-    return out
+        if recode is None:  # one clip's codes at a time
+            return [decode(codec.encode(audio)) for audio in tqdm(audios, desc=desc, leave=False)]
+        # `recode` pools across clips, so every clip is encoded first
+        codes = recode([codec.encode(audio) for audio in tqdm(audios, desc=f"{desc}: encode", leave=False)])
+        return [decode(clip) for clip in tqdm(codes, desc=desc, leave=False)]
 
 
 def load_codec(codec_dir: str | Path):
@@ -889,8 +890,9 @@ def train_recognizer(corpus_dir: str | Path, codec_dir, out_dir: str | Path,
         val += [lang_rows[i] for i in idx[:n_val]]
         train += [lang_rows[i] for i in idx[n_val:]]
     deep_copies = 0
+    codec_is_path = isinstance(codec_dir, (str, os.PathLike))  # a str has .encode, too
     if codec_dir is not None and config.codec_fraction > 0:
-        codec = load_codec(codec_dir) if isinstance(codec_dir, (str, os.PathLike)) else codec_dir  # str has .encode
+        codec = load_codec(codec_dir) if codec_is_path else codec_dir
         chosen = rng.permutation(len(train))[: int(round(config.codec_fraction * len(train)))]
         deep_rng = np.random.default_rng(config.seed + 2)  # its own stream: share 0 keeps older builds' draws
 
@@ -909,7 +911,7 @@ def train_recognizer(corpus_dir: str | Path, codec_dir, out_dir: str | Path,
     if config.codec_deep_share > 0:
         metrics["codec_deep_copies"] = deep_copies
     metrics["corpus"] = str(corpus_dir)
-    metrics["codec"] = (str(codec_dir) if isinstance(codec_dir, (str, Path))
+    metrics["codec"] = (str(codec_dir) if codec_is_path
                         else None if codec_dir is None else type(codec_dir).__name__)
     save_recognizer(model, vocab, out_dir, metrics)
     return metrics

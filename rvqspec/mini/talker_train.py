@@ -12,6 +12,7 @@ reads a real checkpoint, with the phoneme tokenizer and the codec config beside 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
+from rvqspec.core.checkpoint import Qwen3TTS, load_qwen3_tts, save_qwen3_tts
 from rvqspec.core.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
 from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
@@ -230,8 +231,6 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     talker, cp = CodeDecoder(qcfg.talker), MultiCodeDecoder(qcfg.code_predictor)
     cp.set_c0_embedding(talker.model.codec_embedding)
     if init_dir is not None:
-        from rvqspec.core.checkpoint import load_qwen3_tts
-
         init = load_qwen3_tts(init_dir)
         talker.load_state_dict(init.talker.state_dict())
         cp.load_state_dict(init.code_predictor.state_dict())
@@ -277,8 +276,6 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
         dict(config=asdict(cfg), codebook_size=cb, codec=str(codec_dir), metrics=metrics,
              init_from=str(init_dir) if init_dir else None), indent=2))
     if out_dir.exists():
-        import shutil
-
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
     return metrics
@@ -304,3 +301,54 @@ def _find_tokenizer(corpus_dir: Path) -> Path:
         if cand.exists():
             return cand
     raise FileNotFoundError(f"no {TOKENIZER_FILE} next to {corpus_dir}; pass tokenizer_path=")
+
+
+def refine_saved_model(model_dir: str | Path, corpus_dir: str | Path, out_dir: str | Path, steps: int,
+                       lr: float | None = None, frames: int | None = None, seed: int | None = None,
+                       threads: int | None = None) -> dict:
+    """The build's refinement (MiniModelConfig.cp_refine_steps) applied to a trained model: the
+    saved talker frozen, its code predictor trained `steps` more steps on the cached states of the
+    model's own training splits. Writes a complete model folder at out_dir (temp folder, then
+    rename) whose mini_model.json records the refinement; the talker's weights are unchanged."""
+    model_dir, corpus_dir, out_dir = Path(model_dir), Path(corpus_dir), Path(out_dir)
+    if out_dir.resolve() == model_dir.resolve():
+        raise ValueError(f"{out_dir}: write the refined model to a new folder, not over --model")
+    meta_file = model_dir / "mini_model.json"
+    if not meta_file.is_file():
+        raise FileNotFoundError(f"{meta_file}: not a mini model folder (no mini_model.json)")
+    meta = json.loads(meta_file.read_text())
+    known = set(MiniModelConfig.__dataclass_fields__)
+    rec = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items() if k in known}
+    base = MiniModelConfig(**rec)
+    cfg = MiniModelConfig(**{**asdict(base), "train_splits": base.train_splits,
+                             "cp_refine_steps": base.cp_refine_steps + steps,
+                             "cp_refine_lr": base.cp_refine_lr if lr is None else lr,
+                             "cp_frames": base.cp_frames if frames is None else frames})
+    torch.set_num_threads(threads or base.threads)
+    model = load_qwen3_tts(model_dir)
+    talker, cp = model.talker, model.code_predictor
+    talker.eval(), talker.requires_grad_(False)
+    texts, codes = [], []
+    for split in cfg.train_splits:
+        t, c = load_split(corpus_dir, split)
+        texts += t
+        codes += c
+    g = torch.Generator().manual_seed(base.seed if seed is None else seed)
+    hidden, frame_codes = talker_states(talker, cp, texts, codes)  # (N, E), (N, 16)
+    refined = refine_code_predictor(cp, hidden, frame_codes, steps, cfg.cp_frames, cfg.cp_refine_lr,
+                                    cfg.weight_decay, g)
+    del hidden, frame_codes
+    metrics = {**meta.get("metrics", {}), **refined, "cp_refine_steps": cfg.cp_refine_steps,
+               **validation_loss(talker, cp, corpus_dir)}
+    tmp = out_dir.with_name(out_dir.name + ".tmp-refine")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_qwen3_tts(Qwen3TTS(talker=talker, code_predictor=cp, config=model.config, path=None), tmp)
+    shutil.copy2(model_dir / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
+    (tmp / "mini_model.json").write_text(json.dumps(
+        dict(meta, config=asdict(cfg), metrics=metrics, refined_from=str(model_dir),
+             refine_seed=base.seed if seed is None else seed), indent=2))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+    return metrics

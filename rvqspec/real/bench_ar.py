@@ -29,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from rvqspec.core.checkpoint import build_from_state_dict
+from rvqspec.core.compiled import CompileConfig, CompiledCodePredictor
 from rvqspec.core.config import CodePredictorConfig
 from rvqspec.core.model import MultiCodeDecoder, causal_mask
 from rvqspec.core.sampling import Sampling
@@ -50,7 +51,7 @@ class BenchARConfig:
     bandwidth_mib: int = 1024     # size of the tensor summed to measure read bandwidth
     official: bool = True         # also time the official generate loop
     compiled: bool = True         # also time the compiled predictor (needs a C++ compiler)
-    compiled_autotune: bool = True  # Inductor max_autotune for it (CompileConfig's default; off: faster compile)
+    compiled_autotune: bool = CompileConfig.max_autotune  # Inductor max_autotune for it (off: faster compile)
     frame_graph: bool = False     # also time the whole frame as ONE compiled graph call (FrameGraph)
     frame_graph_autotune: bool = False  # Inductor max_autotune for it (frozen weights either way)
     seed: int = 0
@@ -153,8 +154,6 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
             compiled_frame = compiled_step = None
             compile_s = None
             if bc.compiled:
-                from rvqspec.core.compiled import CompileConfig, CompiledCodePredictor
-
                 comp = CompiledCodePredictor(ours, CompileConfig(max_autotune=bc.compiled_autotune))
                 t0 = time.perf_counter()
                 comp.generate_frame(th, c0_ids, s, frame_gen)  # compiles the prefill and step graphs
