@@ -169,7 +169,6 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
             if bc.frame_graph:
                 if B != 1:
                     raise ValueError(f"frame_graph times one row per frame; got batch={B}")
-                from rvqspec.core.compiled import CompileConfig
                 from rvqspec.export.backends import compiled_call
                 from rvqspec.export.host import graph_ar_frame
                 from rvqspec.export.wrappers import frame_graph as make_frame_graph
