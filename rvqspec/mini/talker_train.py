@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import datasets
@@ -320,10 +320,10 @@ def refine_saved_model(model_dir: str | Path, corpus_dir: str | Path, out_dir: s
     known = set(MiniModelConfig.__dataclass_fields__)
     rec = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items() if k in known}
     base = MiniModelConfig(**rec)
-    cfg = MiniModelConfig(**{**asdict(base), "train_splits": base.train_splits,
-                             "cp_refine_steps": base.cp_refine_steps + steps,
-                             "cp_refine_lr": base.cp_refine_lr if lr is None else lr,
-                             "cp_frames": base.cp_frames if frames is None else frames})
+    cfg = replace(base, cp_refine_steps=base.cp_refine_steps + steps,
+                  cp_refine_lr=base.cp_refine_lr if lr is None else lr,
+                  cp_frames=base.cp_frames if frames is None else frames)
+    seed = base.seed if seed is None else seed
     torch.set_num_threads(threads or base.threads)
     model = load_qwen3_tts(model_dir)
     talker, cp = model.talker, model.code_predictor
@@ -333,7 +333,7 @@ def refine_saved_model(model_dir: str | Path, corpus_dir: str | Path, out_dir: s
         t, c = load_split(corpus_dir, split)
         texts += t
         codes += c
-    g = torch.Generator().manual_seed(base.seed if seed is None else seed)
+    g = torch.Generator().manual_seed(seed)
     hidden, frame_codes = talker_states(talker, cp, texts, codes)  # (N, E), (N, 16)
     refined = refine_code_predictor(cp, hidden, frame_codes, steps, cfg.cp_frames, cfg.cp_refine_lr,
                                     cfg.weight_decay, g)
@@ -347,7 +347,7 @@ def refine_saved_model(model_dir: str | Path, corpus_dir: str | Path, out_dir: s
     shutil.copy2(model_dir / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
     (tmp / "mini_model.json").write_text(json.dumps(
         dict(meta, config=asdict(cfg), metrics=metrics, refined_from=str(model_dir),
-             refine_seed=base.seed if seed is None else seed), indent=2))
+             refine_seed=seed), indent=2))
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
