@@ -218,11 +218,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     codec = load_codec(codec_dir)  # k-means or learned: the model only needs its codebook size
     cb = int(codec.config.codebook_size)
     qcfg = model_config(cfg, tokenizer.vocab_size, cb)
-    texts, codes = [], []
-    for split in cfg.train_splits:
-        t, c = load_split(corpus_dir, split)
-        texts += t
-        codes += c
+    texts, codes = load_splits(corpus_dir, cfg.train_splits)
     if max(int(c.max()) for c in codes) >= cb:
         raise ValueError(f"{corpus_dir}: codes exceed the codec's codebook_size {cb}")
 
@@ -259,26 +255,47 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     talker.eval(), cp.eval()
     refined = {}
     if cfg.cp_refine_steps:
-        talker.requires_grad_(False)  # frozen: its codec embedding is the predictor's c0 table, too
-        hidden, frame_codes = talker_states(talker, cp, texts, codes)  # (N, E), (N, 16)
-        refined = refine_code_predictor(cp, hidden, frame_codes, cfg.cp_refine_steps, cfg.cp_frames,
-                                        cfg.cp_refine_lr, cfg.weight_decay, g)
-        del hidden, frame_codes
+        refined = _refine_on_frozen_talker(talker, cp, texts, codes, cfg.cp_refine_steps, cfg, g)
     val = validation_loss(talker, cp, corpus_dir)
     metrics = dict(train_seconds=round(time.time() - t0, 1), steps=cfg.steps,
                    final_train_loss_c0=float(np.mean([h[0] for h in history[-50:]])),
                    final_train_loss_cp=float(np.mean([h[1] for h in history[-50:]])), **refined, **val)
-    model = Qwen3TTS(talker=talker, code_predictor=cp, config=qcfg, path=None)
-    tmp = out_dir.with_name(out_dir.name + ".tmp-train")
+    _save_model_folder(Qwen3TTS(talker=talker, code_predictor=cp, config=qcfg, path=None), tokenizer, out_dir,
+                       dict(config=asdict(cfg), codebook_size=cb, codec=str(codec_dir), metrics=metrics,
+                            init_from=str(init_dir) if init_dir else None))
+    return metrics
+
+
+def load_splits(corpus_dir: Path, splits) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """load_split of each split, concatenated in order: (text ids (T,), codes (T, 16)) per utterance."""
+    texts, codes = [], []
+    for split in splits:
+        t, c = load_split(corpus_dir, split)
+        texts += t
+        codes += c
+    return texts, codes
+
+
+def _refine_on_frozen_talker(talker, cp, texts, codes, steps: int, cfg: MiniModelConfig,
+                             g: torch.Generator) -> dict:
+    """The code predictor alone for `steps` steps on the frozen talker's teacher-forced states."""
+    talker.requires_grad_(False)  # frozen: its codec embedding is the predictor's c0 table, too
+    hidden, frame_codes = talker_states(talker, cp, texts, codes)  # (N, E), (N, 16)
+    return refine_code_predictor(cp, hidden, frame_codes, steps, cfg.cp_frames, cfg.cp_refine_lr,
+                                 cfg.weight_decay, g)
+
+
+def _save_model_folder(model: Qwen3TTS, tokenizer: PhonemeTokenizer, out_dir: Path, meta: dict) -> None:
+    """The official layout plus tokenizer and mini_model.json, written to a temp folder, then renamed."""
+    tmp = out_dir.with_name(out_dir.name + ".tmp-save")
+    if tmp.exists():
+        shutil.rmtree(tmp)
     save_qwen3_tts(model, tmp)
     tokenizer.save(tmp / TOKENIZER_FILE)
-    (tmp / "mini_model.json").write_text(json.dumps(
-        dict(config=asdict(cfg), codebook_size=cb, codec=str(codec_dir), metrics=metrics,
-             init_from=str(init_dir) if init_dir else None), indent=2))
+    (tmp / "mini_model.json").write_text(json.dumps(meta, indent=2))
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
-    return metrics
 
 
 @torch.no_grad()
@@ -327,28 +344,14 @@ def refine_saved_model(model_dir: str | Path, corpus_dir: str | Path, out_dir: s
     torch.set_num_threads(threads or base.threads)
     model = load_qwen3_tts(model_dir)
     talker, cp = model.talker, model.code_predictor
-    talker.eval(), talker.requires_grad_(False)
-    texts, codes = [], []
-    for split in cfg.train_splits:
-        t, c = load_split(corpus_dir, split)
-        texts += t
-        codes += c
+    talker.eval()
+    texts, codes = load_splits(corpus_dir, cfg.train_splits)
     g = torch.Generator().manual_seed(seed)
-    hidden, frame_codes = talker_states(talker, cp, texts, codes)  # (N, E), (N, 16)
-    refined = refine_code_predictor(cp, hidden, frame_codes, steps, cfg.cp_frames, cfg.cp_refine_lr,
-                                    cfg.weight_decay, g)
-    del hidden, frame_codes
+    refined = _refine_on_frozen_talker(talker, cp, texts, codes, steps, cfg, g)
     metrics = {**meta.get("metrics", {}), **refined, "cp_refine_steps": cfg.cp_refine_steps,
                **validation_loss(talker, cp, corpus_dir)}
-    tmp = out_dir.with_name(out_dir.name + ".tmp-refine")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_qwen3_tts(Qwen3TTS(talker=talker, code_predictor=cp, config=model.config, path=None), tmp)
-    shutil.copy2(model_dir / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
-    (tmp / "mini_model.json").write_text(json.dumps(
-        dict(meta, config=asdict(cfg), metrics=metrics, refined_from=str(model_dir),
-             refine_seed=seed), indent=2))
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    _save_model_folder(Qwen3TTS(talker=talker, code_predictor=cp, config=model.config, path=None),
+                       PhonemeTokenizer.load(model_dir / TOKENIZER_FILE), out_dir,
+                       dict(meta, config=asdict(cfg), metrics=metrics, refined_from=str(model_dir),
+                            refine_seed=seed))
     return metrics
