@@ -29,6 +29,12 @@ below the baseline arm's or resynthesis costs more than 2 points over the baseli
 is falsified if tf_c0_true's or free-running CER is not at least 10 points below the
 `--points 2` timing-gate model's (37.0% / 48.0%, docs/measurements/intelligibility/timing_gate_p2.json).
 
+The codec is `RVQCodec` with `CodecConfig.level0_lda = --lda`, the committed codec's config
+otherwise. The recorded JSONs (docs/measurements/intelligibility/level0_lda*.json) came from an
+earlier copy of that fit inside this script (see its git history), on the v2 committed config, which
+drew its fitting frames with a permutation even when all of them fit: a rerun reproduces the recipe,
+not those exact codebooks.
+
 usage: python scripts/level0_gate.py --lda 32 --codec-only --out runs/gates/level0_lda32_codec.json
        python scripts/level0_gate.py --lda 32 --steps 1500 --out docs/measurements/intelligibility/level0_lda32.json
 """
@@ -42,10 +48,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from rvqspec.core.jsonfile import write_json_atomic
-from rvqspec.mini.codec import RVQCodec, _assign, kmeans, lda_basis, rate_cost
+from rvqspec.mini.codec import RVQCodec
 from rvqspec.mini.corpus import load_corpus, rows_from_corpus, save_corpus
 from rvqspec.mini.phonemes import PhonemeTokenizer
 from rvqspec.mini.pipeline import default_data_dir
@@ -60,75 +65,7 @@ from mini_gate import codec_statistics
 
 REPO = Path(__file__).resolve().parents[1]
 GATE = REPO / "runs" / "gates" / "timing_p2"  # scripts/token_timing_gate.py --points 2
-LDA_FILE = "level0_lda.safetensors"
 VARIANTS = ("resynth", "c0_only", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled", "free")
-
-
-class Level0Codec:
-    """A committed-recipe RVQCodec whose level-0 assignment runs in an LDA subspace. The gate's own
-    copy of what became `CodecConfig.level0_lda` (rvqspec/mini/codec.py): it draws its fitting
-    frames with a permutation even when all of them fit, so its recorded codecs are reproduced
-    only by this class."""
-
-    def __init__(self, codec: RVQCodec, basis: torch.Tensor | None = None, centroids: torch.Tensor | None = None):
-        self.codec, self.basis, self.centroids = codec, basis, centroids  # (D, d), (K, d)
-
-    @classmethod
-    def fit(cls, audios, labels, lda: int, base: RVQCodec, g: torch.Generator, log) -> Level0Codec:
-        codec = RVQCodec(base.config)
-        c = codec.config
-        feats = torch.cat([codec.project(codec.features(a)) for a in audios])  # (N, D)
-        lab = torch.cat([torch.as_tensor(np.asarray(t), dtype=torch.long) for t in labels])  # (N,)
-        if feats.shape[0] != lab.shape[0]:
-            raise ValueError(f"{feats.shape[0]} codec frames against {lab.shape[0]} phoneme frames")
-        codec.mean, codec.std = feats.mean(0), feats.std(0).clamp_min(1e-3)  # per_dim scaling (committed)
-        x = (feats - codec.mean) / codec.std  # (N, D)
-        keep = torch.randperm(x.shape[0], generator=g)[:c.fit_max_frames]
-        x, lab = x[keep], lab[keep]
-        books, priors, basis, cent = [], [], None, None
-        resid = x.clone()
-        for q in range(c.num_codebooks):
-            if q == 0 and lda:
-                basis = lda_basis(x, lab, lda)  # (D, d)
-                cent, _ = kmeans(x @ basis, c.codebook_size, c.kmeans_iters, g, c.kmeans_init_sample)  # (K, d)
-                idx, _ = _assign(x @ basis, cent)
-                counts = torch.bincount(idx, minlength=c.codebook_size).to(x.dtype)  # (K,)
-                cb = torch.zeros(c.codebook_size, x.shape[1]).index_add_(0, idx, x) / counts.clamp_min(1)[:, None]
-                lp = (counts / x.shape[0]).clamp_min(1e-3 / x.shape[0]).log()  # (K,)
-            else:
-                cb, lp = kmeans(resid, c.codebook_size, c.kmeans_iters, g, c.kmeans_init_sample, None, c.rate_lambda)
-                idx, _ = _assign(resid, cb, cost=rate_cost(lp, c.rate_lambda, resid.shape[1]))
-            resid -= cb[idx]
-            books.append(cb)
-            priors.append(lp)
-            log(f"codebook {q}: residual {resid.pow(2).mean().item():.3f}")
-        codec.codebooks, codec.log_prior = torch.stack(books), torch.stack(priors)  # (Q, K, D), (Q, K)
-        return cls(codec, basis, cent)
-
-    def encode(self, audio) -> torch.Tensor:
-        """(T, 16) codes; level 0 by the LDA assignment when there is one (no rate term there)."""
-        codec = self.codec
-        x = codec.standardize(codec.features(audio))  # (T, D)
-        codes, resid = [], x
-        for q, (cb, lp) in enumerate(zip(codec.codebooks, codec.log_prior)):
-            if q == 0 and self.basis is not None:
-                idx, _ = _assign(x @ self.basis, self.centroids)
-            else:
-                idx, _ = _assign(resid, cb, cost=rate_cost(lp, codec.config.rate_lambda, resid.shape[1]))
-            resid = resid - cb[idx]
-            codes.append(idx)
-        return torch.stack(codes, 1)  # (T, Q)
-
-    def save(self, directory: Path) -> None:
-        self.codec.save(directory)  # decoding is the plain RVQ sum: an RVQCodec directory
-        if self.basis is not None:
-            save_file({"basis": self.basis.contiguous(), "centroids": self.centroids.contiguous()},
-                      str(directory / LDA_FILE))
-
-    @classmethod
-    def load(cls, directory: Path) -> Level0Codec:
-        extra = load_file(str(directory / LDA_FILE)) if (directory / LDA_FILE).is_file() else {}
-        return cls(RVQCodec.load(directory), extra.get("basis"), extra.get("centroids"))
 
 
 def shuffled_residuals(codes: torch.Tensor, tokens: np.ndarray, pool: dict, pool_c0: dict,
@@ -209,13 +146,14 @@ def main(argv=None) -> dict:
         audios = [np.asarray(a, dtype=np.float32) for a in tr["audio"]]
         labels = [np.asarray(p, dtype=np.int64) for p in dd["model_train"]["phoneme_frames"]]
         g = torch.Generator().manual_seed(0)
-        l0 = Level0Codec.fit(audios, labels, args.lda, RVQCodec.load(default_data_dir() / "codec"), g, log)
+        base = RVQCodec.load(default_data_dir() / "codec").config
+        l0 = RVQCodec(dataclasses.replace(base, level0_lda=args.lda)).fit(audios, g, labels=labels)
         log("codec fitted")
         rows = rows_from_corpus(dd, with_audio=True)
         for r in rows:
             r["codes"] = l0.encode(r["audio"]).numpy().astype(np.uint8)
         l0.save(work / "codec")
-        save_corpus(rows, corpus, with_audio=False, codebook_size=int(l0.codec.config.codebook_size))
+        save_corpus(rows, corpus, with_audio=False, codebook_size=int(l0.config.codebook_size))
     log("codes ready")
     codec = RVQCodec.load(work / "codec")
     vocab = PhonemeTokenizer.load(tok_path).vocab_size

@@ -4,7 +4,6 @@ the code predictor's probability goes) and scripts/cp_capacity_gate.py (fresh pr
 frozen talker)."""
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import numpy as np
@@ -12,20 +11,18 @@ import pytest
 import torch
 
 from _scripts import SCRIPTS, load_script
-from rvqspec.mini.codec import RVQCodec
-from rvqspec.mini.pipeline import default_data_dir
+from rvqspec.mini.codec import lda_basis
 
 sys.path.insert(0, str(SCRIPTS))  # the gates import their sibling scripts
 
 
 def test_lda_basis_finds_the_direction_that_separates_the_classes():
-    level0 = load_script("level0_gate")
     g = torch.Generator().manual_seed(0)
     n, D = 6000, 8
     labels = torch.randint(0, 3, (n,), generator=g)  # (N,)
     x = torch.randn(n, D, generator=g) * torch.tensor([3.0, 3, 3, 3, 3, 3, 3, 0.5])  # (N, D): loud noise
     x[:, 7] += labels.float() * 2.0  # the classes differ only along the quietest axis
-    w = level0.lda_basis(x, labels, 2)  # (D, 2)
+    w = lda_basis(x, labels, 2)  # (D, 2)
     top = w[:, 0] / w[:, 0].norm()
     assert abs(float(top[7])) > 0.99  # PCA would pick a loud axis; Fisher picks the separating one
     # within-class covariance is the identity in the projected space (up to the regularizer)
@@ -55,27 +52,6 @@ def test_shuffled_residuals_copy_a_frame_of_the_same_cell():
         assert int(levelwise[0, k + 1]) in (int(pool_c0[5][0, k]), int(pool_c0[5][1, k]))
     mixed = [np.array_equal(levelwise[t, 1:].numpy(), row) for t in range(2) for row in pool_c0[5]]
     assert not all(mixed)  # with 15 independent picks, a whole-frame copy in both frames is (1/2)^28
-
-
-def test_level0_codec_without_a_basis_encodes_like_a_plain_level0_codec():
-    level0 = load_script("level0_gate")
-    codec = RVQCodec.load(default_data_dir() / "codec")  # the committed one has a phonetic level 0 ...
-    codec.config = dataclasses.replace(codec.config, level0_lda=0)  # ... assigned here as a residual level
-    audio = np.random.default_rng(0).standard_normal(16000).astype(np.float32) * 0.1
-    assert torch.equal(level0.Level0Codec(codec).encode(audio), codec.encode(audio))
-
-
-def test_level0_codec_assigns_c0_in_the_discriminant_space():
-    level0 = load_script("level0_gate")
-    codec = RVQCodec.load(default_data_dir() / "codec")
-    D = codec.codebooks.shape[-1]
-    basis = torch.zeros(D, 1)
-    basis[0, 0] = 1.0  # c0 decided by the first standardized dimension alone
-    centroids = torch.tensor([[-100.0], [100.0]] + [[1e6]] * (codec.config.codebook_size - 2))  # (K, 1)
-    audio = np.random.default_rng(1).standard_normal(16000).astype(np.float32) * 0.1
-    codes = level0.Level0Codec(codec, basis, centroids).encode(audio)
-    x0 = codec.standardize(codec.features(audio))[:, 0]
-    assert torch.equal(codes[:, 0], (x0 > 0).long())
 
 
 def test_cell_counts_count_codes_per_token_and_c0():
