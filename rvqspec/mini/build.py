@@ -65,7 +65,7 @@ class BuildConfig:
     parallel: bool = True
     # the committed world's phonetic level 0 (CodecConfig.level0_lda; docs/design.md, "Mini world v3"):
     # free-running English CER 45.0% -> 36.2% against the plain residual level 0 (0)
-    level0_lda: int | None = 64  # None: the codec config's own
+    level0_lda: int = 64  # 0: plain residual k-means at level 0 (CodecConfig's own default)
     # model step: code-predictor steps on the frozen talker after the joint training
     # (MiniModelConfig.cp_refine_steps; docs/design.md, "A code predictor trained for more epochs")
     cp_refine_steps: int | None = None  # None: the model config's own
@@ -75,7 +75,7 @@ class BuildConfig:
 
     def codec_config(self):
         config = CodecConfig.toy() if self.toy else CodecConfig()
-        return config if self.level0_lda is None else dataclasses.replace(config, level0_lda=self.level0_lda)
+        return dataclasses.replace(config, level0_lda=self.level0_lda)
 
 
 def _jsonable(obj):
