@@ -32,7 +32,8 @@
 #                       bench/backends_shared_low_rank_n4.json (Inductor and ONNX setup dominate)
 #   table3     ~40 min  reads drafters/medusa, trees/medusa_n16.json, recognizer; writes
 #                       bench/table3_medusa_n16.json (6 languages x 40 sentences x 2 seeds x AR/spec)
-#   spade      hours    NOT YET RUN ON V3 (untested on this world): data/spade/README.md's commands;
+#   spade      ~3 h     data/spade/README.md's commands: ablate (~1 h 50 min on 2 threads) and combined
+#                       were run on v3; `spade all` (results.*) still holds the v1 run, untested on v3;
 #                       writes data/spade/{results,ablation,combined}.*; reads bench/acceptance.json
 #   rehearsal  ~30-45 min docs/real_weights.md rehearsal on the mini world (2 processes), into runs/real_mini*
 #   profiles   ~1 min   Figure 4 profiles re-scored with the rehearsal's acceptance (no timing)
@@ -234,8 +235,8 @@ BACKENDS_FILE=bench/backends_shared_low_rank_n4.json
 BACKENDS="$PY scripts/bench_backends_mini.py $D/$BACKENDS_FILE 60 spec,ar shared_low_rank 4"
 AR_GRAPH="$RV bench ar --frames 8 --warmup 2 --calls 40 --dtype float32 --threads 2 --frame-graph --json --out $B/ar_frame_graph_0.6b.json"
 SPADE_ALL="$RV spade all --wli-texts 16 --texts 30 --fresh"   # results.json config: wli_texts 16, texts 30, fresh
-SPADE_ABLATE="$RV spade ablate --runs runs/spade/v2 --wli-texts 48 --wli-seeds 3 --texts 80 --seeds 2 --timing-texts 8 --threads 1 --out data/spade/ablation.json"
-SPADE_COMBINED="$RV spade combined --student runs/spade/v2/variants/keep_50% --texts 8 --reps 5 --acceptance $B/acceptance.json --threads 1 --out data/spade/combined.json"
+SPADE_ABLATE="$RV spade ablate --runs runs/spade/v3 --wli-texts 16 --wli-seeds 2 --texts 40 --seeds 2 --steps 200 --timing-texts 4 --threads 2 --fresh --out data/spade/ablation.json"
+SPADE_COMBINED="$RV spade combined --student runs/spade/v3/variants/keep_50% --texts 8 --reps 5 --acceptance $B/acceptance.json --threads 1 --out data/spade/combined.json"
 PROFILE_ACCEPTANCE=${PROFILE_ACCEPTANCE:-runs/real_mini_out/acceptance_lr1e-2.json}
 
 # ------------------------------------------------------------------------------------------ stages
@@ -378,11 +379,11 @@ stage_table3() {
 }
 stage_record_table3() { record table3 "$(portable "$TABLE3_REC")"; }
 
-# spade: NOT YET RUN ON THE V3 WORLD, so these commands are untested on it (data/spade still holds the
-# v1 run). They are data/spade/README.md's: 1) `spade all` re-derives data/spade/results.{json,md,html}
-# and importance.html (the 8-layer teacher needs 9 WLI passes); 2) `spade ablate` and 3) `spade
-# combined` are the study on a talker worth pruning (ablation: 13 evaluated models x 160 clips, 9 WLI
-# passes x 144 clips, ~11 distillations, the bulk of the stage's hours), written to
+# spade: data/spade/README.md's commands. 1) `spade all` re-derives data/spade/results.{json,md,html}
+# and importance.html (the 8-layer teacher needs 9 WLI passes; NOT YET RUN ON V3, results.* still
+# hold the v1 run); 2) `spade ablate` and 3) `spade combined` are the study on a talker worth pruning,
+# run on v3 with these commands (ablation: 13 evaluated models x 80 clips, ~5.5 min each, 9 WLI passes
+# x 32 clips, ~2 min each, 11 distillations of 200 steps, ~1.5 min each), written to
 # data/spade/ablation.{json,md} and combined.json. combined reads results.json's projection timings
 # and bench/acceptance.json. Read by: tests/test_spade_combined.py (results.json "projection"),
 # notebooks/07_spade (none committed), data/spade/README.md prose (hand edit afterwards).

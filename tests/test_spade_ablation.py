@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from rvqspec.cli import app
 from rvqspec.measure.stats import paired_rate_difference
-from rvqspec.spade.ablation import (RATIOS, TERMS, AblationConfig, data_share, keep_count, markdown, plan,
+from rvqspec.spade.ablation import (RATIOS, TERMS, AblationConfig, data_share, keep_count, markdown, plan, ratio_name,
                                     teacher_training_data)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,3 +159,35 @@ def test_variant_links_point_at_the_recipe_folder_and_can_be_replaced(tmp_path):
     assert link.resolve() == b.resolve() and (link / "config.json").exists()
     assert not link.readlink().is_absolute()  # relative: the runs folder can move
     assert sorted(p.name for p in link.parent.iterdir()) == ["keep_50%"]  # no temporary left behind
+
+
+COMMITTED = ROOT / "data" / "spade" / "ablation.json"
+
+
+def test_committed_ablation_is_the_plan_on_the_committed_teacher():
+    """data/spade/ablation.json (the study on the 8-layer v3 talker): every variant of the plan, each
+    kept-layer set the one its criterion selects, intervals around their own point estimates."""
+    res = json.loads(COMMITTED.read_text())
+    assert res["teacher_dir"] == "data/mini/model" and res["teacher_layers"] == 8
+    names = {r["name"]: r for r in res["rows"]}
+    assert set(names) == {"teacher", *map(ratio_name, RATIOS), *(f"no_{t}" for t in TERMS), "no_kd", "index_targets",
+                          "cosine_importance", "random_importance", "no_distillation"}
+    teacher = names["teacher"]
+    clips = res["eval"]["texts"] * len(res["eval"]["seeds"])
+    keep = res["importance"]["keep"]
+    for name, r in names.items():
+        assert r["clips"] == clips, name
+        if name == "teacher":
+            continue
+        assert r["layers"] == len(r["keep"]) == keep_count(8, r["ratio"]), name
+        assert r["keep"] == (keep[r["selection"]] if r["layers"] == 4 else sorted(r["keep"])), name
+        assert r["group"] != "ablation" or r["ratio"] == 0.5, name
+        for m in ("wer", "cer"):
+            lo, hi = r[f"{m}_diff_ci95"]
+            assert r[f"{m}_diff"] == pytest.approx(r[m] - teacher[m]), (name, m)
+            assert lo <= r[f"{m}_diff"] <= hi, (name, m)
+    # the three criteria choose different halves, so the criterion ablation compares something
+    assert len({tuple(keep[c]) for c in ("wli", "cosine", "random")}) == 3
+    # the markdown table beside it is this JSON's
+    table = (COMMITTED.parent / "ablation.md").read_text()
+    assert f"| {100 * names['keep_50%']['wer']:.2f} | {100 * names['keep_50%']['cer']:.2f} |" in table

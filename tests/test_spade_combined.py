@@ -83,3 +83,16 @@ def test_combined_run_on_a_pruned_checkpoint(tmp_path):
         assert row["frames"] == rows["teacher / AR"]["frames"]
     assert res["projection"]["acceptance"]["drafter"] == "offsets"
     assert "/work/" not in json.dumps(res) and str(tmp_path) not in res["speculative"]["drafter"]
+
+
+def test_committed_combined_run_is_consistent():
+    """data/spade/combined.json (the 50% student of data/spade/ablation.json with Medusa): the
+    speed-ups are the teacher-AR frame time over each row's, and the verdict follows from them."""
+    res = json.loads((ROOT / "data" / "spade" / "combined.json").read_text())
+    rows = {r["name"]: r for r in res["rows"]}
+    assert {"teacher / AR", "teacher / speculative", "pruned / AR", "pruned / speculative"} == set(rows)
+    assert rows["teacher / AR"]["talker_layers"] == 8 and rows["pruned / speculative"]["talker_layers"] == 4
+    base = rows["teacher / AR"]["ms_per_frame"]
+    for r in rows.values():
+        assert r["speedup_vs_teacher_ar"] == pytest.approx(base / r["ms_per_frame"], rel=1e-6), r["name"]
+    assert res["pruned_speculative_beats_teacher_ar"] == (rows["pruned / speculative"]["speedup_vs_teacher_ar"] > 1)
