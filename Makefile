@@ -24,7 +24,7 @@ demo: $(STAMP)
 	$(BIN)/rvqspec demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 clean-venv:
 	rm -rf $(VENV)

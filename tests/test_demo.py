@@ -87,3 +87,26 @@ def test_demo_command_explains_a_missing_world(tmp_path):
     out = CliRunner().invoke(app, ["demo", "--quick", "--data", str(tmp_path), "--out-dir", str(tmp_path / "r")])
     assert out.exit_code == 2
     assert "lacks model, codec, corpus, recognizer" in out.output and "rvqspec mini build" in out.output
+
+
+def test_spade_step_reads_the_committed_study_and_the_report_shows_it(tmp_path):
+    from pathlib import Path
+
+    from rvqspec.workbench.demo import step_spade
+
+    root = Path(__file__).resolve().parents[1]
+    out = step_spade(Demo(config=DemoConfig(spade_dir=str(root / "data" / "spade"))))
+    committed = json.loads((root / "data" / "spade" / "combined.json").read_text())
+    best = next(r for r in committed["rows"] if r["name"] == "pruned / speculative")
+    assert f"{best['speedup_vs_teacher_ar']:.2f}x" in out["_step"]["note"]
+    assert out["spade"]["source"] == {"ablation": "spade/ablation.json", "combined": "spade/combined.json",
+                                      "length": "spade/length.json"}
+    length = json.loads((root / "data" / "spade" / "length.json").read_text())
+    steps = [r["name"] for r in length["rows"] if r["group"] == "steps"]
+    assert steps and [r["name"] for r in out["spade"]["ablation"]["rows"] if r["group"] == "steps"] == steps
+    html = render_report({"spade": out["spade"]}, tmp_path / "r").read_text()
+    section = html.split("id='spade'")[1].split("</section>")[0]
+    assert "fig-spade-ablation" in section and "fig-spade-combined" in section
+    assert "spade/ablation.json" in section
+    with pytest.raises(StepUnavailable, match="no committed SPADE result"):
+        step_spade(Demo(config=DemoConfig(spade_dir=str(tmp_path / "none"))))

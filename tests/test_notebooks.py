@@ -267,3 +267,12 @@ def test_07_spade(world):
     assert r["student_params"]["talker_layers"] == r["depth"]
     assert math.isfinite(r["distill_loss_first"]) and math.isfinite(r["distill_loss_last"])
     assert _wer_ok(r["teacher_wer"]) and _wer_ok(r["student_wer"]) and _wer_ok(r["wli_baseline_wer"])
+    # the committed study the notebook shows is data/spade's, row for row
+    study = json.loads((ROOT / "data" / "spade" / "ablation.json").read_text())
+    assert r["study_rows"] == {x["name"]: {"wer_diff": x.get("wer_diff"), "cer_diff": x.get("cer_diff")}
+                               for x in study["rows"]}
+    length = json.loads((ROOT / "data" / "spade" / "length.json").read_text())
+    assert r["length_rows"] == {x["name"]: {"wer_diff": x.get("wer_diff"), "cer_diff": x.get("cer_diff")}
+                                for x in length["rows"]}
+    combined = json.loads((ROOT / "data" / "spade" / "combined.json").read_text())
+    assert r["combined_speedups"] == {x["name"]: x["speedup_vs_teacher_ar"] for x in combined["rows"]}

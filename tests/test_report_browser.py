@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from rvqspec.workbench.demo import Demo, DemoConfig, step_spade
 from rvqspec.workbench.listening import make_pairs, wav_bytes
 from rvqspec.workbench.report import render_report
 from rvqspec.core.tree import SparseTree
@@ -55,7 +56,7 @@ def fixture_results(out: Path) -> dict:
         "meta": {"mode": "fixture", "seconds": 1.0, "device": "torch-cpu"},
         "steps": {"extract": {"status": "ok", "seconds": 1.0, "note": ""},
                   "profile": {"status": "ok", "seconds": 2.0, "note": ""},
-                  "spade": {"status": "not available", "seconds": 0.0, "note": "fixture: module absent"}},
+                  "stream": {"status": "not available", "seconds": 0.0, "note": "fixture: module absent"}},
         "drafters": [{"drafter": "(i) reused LM heads", "tokens_per_call": 1.4, "added_params": 0,
                       "added_params_pct": 0.0, "N": 8},
                      {"drafter": "(iii) position offsets (ours)", "tokens_per_call": 2.1, "added_params": 384,
@@ -69,6 +70,7 @@ def fixture_results(out: Path) -> dict:
         "train": {"loss": list(np.linspace(9, 5, 20))},
         "trees": {"offsets": {str(n): [list(p) for p in t.paths] for n, t in trees.items()}},
         "ab": ab,
+        "spade": step_spade(Demo(config=DemoConfig()))["spade"],  # the committed study (data/spade)
     }
 
 
@@ -119,6 +121,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
             # the tables of seed Table 2 and Table 3
             assert page.locator("#table2 tbody tr").count() == 2
             assert page.locator("#table3 tbody tr").count() == 1
+            assert page.locator("#spade div.figure").count() == 2  # the SPADE study's two figures
             # audio: both players decode their embedded WAVs (metadata loaded, positive duration)
             page.wait_for_function("""() => {
                 const a = [...document.querySelectorAll('audio')];

@@ -53,6 +53,36 @@ def test_plan_has_every_ratio_and_ablation():
     assert all(len(v["keep"]) == 4 for v in p.values() if v["group"] == "ablation")
 
 
+def test_plan_steps_sweep_and_no_ablations():
+    from dataclasses import replace
+
+    cfg = replace(AblationConfig(), ratios=(0.5,), ablations=False, steps_sweep=(1000, 4000))
+    p = plan(_importance(), 8, cfg)
+    assert list(p) == ["keep_50%", "keep_50%_1000_steps", "keep_50%_4000_steps"]
+    for n in (1000, 4000):  # the full recipe at another length, on the 50% row's layers
+        v = p[f"keep_50%_{n}_steps"]
+        assert v["group"] == "steps" and v["keep"] == p["keep_50%"]["keep"]
+        assert v["distill"] == replace(p["keep_50%"]["distill"], steps=n)
+    assert "no_logit" in plan(_importance(), 8, replace(cfg, ablations=True))
+    with pytest.raises(ValueError, match="steps_sweep"):
+        plan(_importance(), 8, replace(cfg, steps_sweep=(0,)))
+
+
+def test_ablation_figure_has_one_point_per_variant_with_its_interval():
+    from rvqspec.spade.ablation import ablation_figure
+
+    res = json.loads(COMMITTED.read_text())
+    fig = ablation_figure(res)
+    variants = [r for r in res["rows"] if r["group"] != "teacher"]
+    wer, cer = fig.data
+    assert len(wer.y) == len(cer.y) == len(variants)
+    half = next(r for r in variants if r["name"] == "keep_50%")
+    k = list(wer.y).index("keep_50%")
+    assert wer.x[k] == pytest.approx(100 * half["wer_diff"])
+    assert wer.x[k] - wer.error_x.arrayminus[k] == pytest.approx(100 * half["wer_diff_ci95"][0])
+    assert cer.x[k] + cer.error_x.array[k] == pytest.approx(100 * half["cer_diff_ci95"][1])
+
+
 def test_teacher_training_data_from_the_build_record():
     m = json.loads(MANIFEST.read_text())
     t = teacher_training_data(m)
@@ -88,6 +118,26 @@ def test_paired_difference_covers_zero_for_equal_models_and_not_for_a_worse_one(
         paired_rate_difference(teacher, [dict(c, text="other") for c in teacher], n=10)
 
 
+def test_evaluate_rows_get_paired_differences_against_a_named_model():
+    from rvqspec.spade.evaluate import add_paired_differences
+
+    teacher, worse = _clips(0.2, seed=0), _clips(0.5, seed=1)
+    rows = [dict(model="teacher", inner="AR", clips=teacher), dict(model="teacher", inner="speculative", clips=teacher),
+            dict(model="student", inner="AR", clips=worse)]
+    add_paired_differences(rows, "teacher", n=300)
+    assert "wer_diff" not in rows[0]
+    assert rows[1]["wer_diff"] == 0.0 and rows[1]["against"] == "teacher"
+    assert rows[2] == dict(rows[2], **paired_rate_difference(teacher, worse, 300, 0))
+    assert rows[2]["wer_diff_ci95"][0] > 0.1  # negative control: a worse model's interval excludes 0
+    with pytest.raises(ValueError, match="no AR row of model 'nobody'"):
+        add_paired_differences(rows, "nobody")
+
+
+def test_evaluate_cli_rejects_an_unknown_against_name_in_one_line(tmp_path):
+    r = CliRunner().invoke(app, ["spade", "evaluate", "--model", f"a={tmp_path}", "--against", "b"])
+    assert r.exit_code == 2 and "--against 'b'" in r.output and "Traceback" not in r.output
+
+
 def test_markdown_table_shows_intervals_and_data_share():
     res = dict(teacher_layers=4, eval=dict(split="eval", language="en", texts=3, seeds=[0]),
                config=dict(bootstrap=100, ablation_ratio=0.5),
@@ -111,6 +161,12 @@ def test_ablate_cli_rejects_bad_ratio_in_one_line():
     r = CliRunner().invoke(app, ["spade", "ablate", "--ratios", "1.5"])
     assert r.exit_code == 2
     assert "ratios" in r.output and "Traceback" not in r.output
+
+
+def test_ablate_cli_rejects_a_bad_sweep_step_in_one_line():
+    r = CliRunner().invoke(app, ["spade", "ablate", "--sweep-steps", "0"])
+    assert r.exit_code == 2
+    assert "sweep-steps" in r.output and "Traceback" not in r.output
 
 
 def test_ablate_cli_names_a_missing_build_record(tmp_path):
@@ -191,3 +247,28 @@ def test_committed_ablation_is_the_plan_on_the_committed_teacher():
     # the markdown table beside it is this JSON's
     table = (COMMITTED.parent / "ablation.md").read_text()
     assert f"| {100 * names['keep_50%']['wer']:.2f} | {100 * names['keep_50%']['cer']:.2f} |" in table
+
+
+def test_committed_distillation_length_run_repeats_the_ablation_row_and_adds_longer_students():
+    """data/spade/length.json: the 50% student of ablation.json distilled longer. Its 200-step row is
+    a control: the ablation's own recipe, which must read as it did there (same layers, CER within a
+    point; the runs share nothing but the committed world)."""
+    res = json.loads((COMMITTED.parent / "length.json").read_text())
+    ab = {r["name"]: r for r in json.loads(COMMITTED.read_text())["rows"]}
+    rows = {r["name"]: r for r in res["rows"]}
+    sweep = [r for r in res["rows"] if r["group"] == "steps"]
+    assert [r["recipe"]["steps"] for r in sweep] == list(res["config"]["steps_sweep"]) and sweep
+    assert rows["keep_50%"]["keep"] == ab["keep_50%"]["keep"] and rows["keep_50%"]["recipe"] == ab["keep_50%"]["recipe"]
+    assert abs(rows["keep_50%"]["cer"] - ab["keep_50%"]["cer"]) < 0.01
+    assert abs(rows["teacher"]["cer"] - ab["teacher"]["cer"]) < 0.01
+    for r in sweep:
+        assert r["keep"] == rows["keep_50%"]["keep"]
+        assert {k: v for k, v in r["recipe"].items() if k != "steps"} == \
+            {k: v for k, v in rows["keep_50%"]["recipe"].items() if k != "steps"}
+        assert r["data"]["distill_frames"] > rows["keep_50%"]["data"]["distill_frames"]
+        for m in ("wer", "cer"):
+            assert r[f"{m}_diff"] == pytest.approx(r[m] - rows["teacher"][m])
+            lo, hi = r[f"{m}_diff_ci95"]
+            assert lo <= r[f"{m}_diff"] <= hi
+    table = (COMMITTED.parent / "length.md").read_text()
+    assert "## Distillation length" in table and all(f"| {r['name']} |" in table for r in sweep)

@@ -96,3 +96,15 @@ def test_committed_combined_run_is_consistent():
     for r in rows.values():
         assert r["speedup_vs_teacher_ar"] == pytest.approx(base / r["ms_per_frame"], rel=1e-6), r["name"]
     assert res["pruned_speculative_beats_teacher_ar"] == (rows["pruned / speculative"]["speedup_vs_teacher_ar"] > 1)
+
+
+def test_combined_figure_stacks_talker_and_inner_loop_and_names_slowdowns():
+    from rvqspec.spade.combined import combined_figure
+
+    res = json.loads((ROOT / "data" / "spade" / "combined.json").read_text())
+    talker, inner = combined_figure(res).data
+    assert list(talker.x) == [r["name"] for r in res["rows"]]
+    for k, r in enumerate(res["rows"]):
+        assert talker.y[k] == r["talker_ms_per_frame"] and inner.y[k] == r["inner_ms_per_frame"]
+        assert inner.text[k].startswith(f"{r['speedup_vs_teacher_ar']:.2f}x")
+        assert ("slowdown" in inner.text[k]) == (r["speedup_vs_teacher_ar"] < 1)

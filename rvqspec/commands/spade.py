@@ -192,6 +192,9 @@ def evaluate_cmd(
     timing_texts: Optional[int] = typer.Option(None, help="EvalConfig.timing_texts (0: no latency benchmark)"),
     cache: Optional[Path] = typer.Option(RUNS / "eval_cache", help="reuse WER passes cached here (same weights, "
                                                                     "inner loop, texts and config)"),
+    against: Optional[str] = typer.Option(None, help="NAME of a --model: every other row gets its WER/CER "
+                                                     "difference to it with a paired bootstrap 95% interval"),
+    bootstrap: int = typer.Option(2000, help="paired bootstrap resamples (with --against)"),
     threads: int = opt.threads(),
     out: Path = opt.out(RUNS / "results.json", "Results JSON."),
     md: Optional[Path] = typer.Option(None, help="markdown table (default OUT with .md)"),
@@ -205,7 +208,8 @@ def evaluate_cmd(
 
     import torch
 
-    from rvqspec.spade.evaluate import EvalConfig, evaluate_models, markdown_table, results_figure, write_json
+    from rvqspec.spade.evaluate import (EvalConfig, add_paired_differences, evaluate_models, markdown_table,
+                                        results_figure, write_json)
 
     sampling = opt.sampling(temperature, top_k, top_p, greedy)
     torch.set_num_threads(threads)
@@ -216,10 +220,14 @@ def evaluate_cmd(
             raise typer.BadParameter(f"--model must be NAME=MODEL_DIR, got {item!r}")
         name, path = item.split("=", 1)
         models[name] = Path(path)
+    if against is not None and against not in models:
+        raise typer.BadParameter(f"--against {against!r} is not a --model NAME (names: {sorted(models)})")
     cfg = dataclasses.replace(EvalConfig(), **_overrides(texts=texts, split=split, timing_texts=timing_texts,
                                                           seeds=tuple(range(seeds)) if seeds else None))
     res = evaluate_models(models, corpus or d / "corpus", recognizer or d / "recognizer", cfg, spec or (),
                           drafter, tree, d, cache_dir=cache, sampling=sampling)
+    if against is not None:
+        add_paired_differences(res["rows"], against, bootstrap)
     write_json(res, out)
     table = markdown_table(res["rows"])
     (md or out.with_suffix(".md")).write_text(table)
@@ -315,6 +323,9 @@ def ablate_cmd(
     texts: Optional[int] = typer.Option(None, help="evaluation texts (EvalConfig.texts)"),
     seeds: Optional[int] = typer.Option(None, help="evaluation seeds (0..N-1)"),
     steps: Optional[int] = typer.Option(None, help="DistillConfig.steps"),
+    sweep_steps: Optional[list[int]] = typer.Option(None, help="also distill the 50% student for this many steps "
+                                                               "(repeatable; AblationConfig.steps_sweep)"),
+    ablations: bool = typer.Option(True, help="the ablations at 50% (--no-ablations: ratios and sweep only)"),
     timing_texts: Optional[int] = typer.Option(None, help="texts of the interleaved timing (0: none)"),
     bootstrap: Optional[int] = typer.Option(None, help="paired bootstrap resamples"),
     threads: Optional[int] = opt.threads(None, "torch CPU threads (default DistillConfig.threads)."),
@@ -330,9 +341,13 @@ def ablate_cmd(
 
     if ratios and any(not 0.0 < r <= 1.0 for r in ratios):
         raise typer.BadParameter(f"--ratios must be in (0, 1], got {ratios}")
+    if sweep_steps and any(n < 1 for n in sweep_steps):
+        raise typer.BadParameter(f"--sweep-steps must be >= 1, got {sweep_steps}")
     base = AblationConfig.quick() if quick else AblationConfig()
     cfg = dataclasses.replace(
-        base, **_overrides(ratios=tuple(ratios) if ratios else None, bootstrap=bootstrap),
+        base, ablations=ablations,
+        **_overrides(ratios=tuple(ratios) if ratios else None, bootstrap=bootstrap,
+                     steps_sweep=tuple(sweep_steps) if sweep_steps else None),
         importance=dataclasses.replace(base.importance, **_overrides(
             wli_texts=wli_texts, wli_seeds=tuple(range(wli_seeds)) if wli_seeds else None)),
         eval=dataclasses.replace(base.eval, **_overrides(texts=texts, timing_texts=timing_texts,

@@ -12,6 +12,8 @@ every variant so comparisons are paired):
 * per variant: WER/CER and the paired bootstrap 95% interval of the difference to the teacher
   (`rvqspec.measure.stats.paired_rate_difference`, resampling texts), and for the distilled ones
   the training data used as a share of the teacher's (`data_share`);
+* optionally (`steps_sweep`), the 50% student distilled for longer: the same recipe at other step
+  counts, to show how much of the gap to the teacher is the distillation budget;
 * the talker / inner-loop frame time of the teacher and of each ratio's student, measured
   interleaved (`rvqspec.spade.evaluate.timing_benchmark`), as ratios to the teacher.
 
@@ -27,7 +29,9 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import plotly.graph_objects as go
 import torch
+from plotly.subplots import make_subplots
 
 from rvqspec.core.checkpoint import load_qwen3_tts, model_hash
 from rvqspec.core.jsonfile import portable_path
@@ -96,6 +100,8 @@ class AblationConfig:
     bootstrap: int = 2000           # paired resamples of texts per interval
     bootstrap_seed: int = 0
     validation_utterances: int = VALIDATION_UTTERANCES  # distillation's before/after validation losses (students' metrics)
+    ablations: bool = True          # False: the ratio rows (and any steps sweep) only
+    steps_sweep: tuple[int, ...] = ()  # extra step counts of the full recipe at `ablation_ratio` (group "steps")
 
     @classmethod
     def quick(cls) -> "AblationConfig":
@@ -116,6 +122,13 @@ def plan(importance: dict, num_layers: int, cfg: AblationConfig) -> dict[str, di
                                   group="ratio")
     depth = keep_count(num_layers, cfg.ablation_ratio)
     wli_keep = select_by("wli", importance, depth)
+    for n in cfg.steps_sweep:
+        if n < 1:
+            raise ValueError(f"steps_sweep: step counts must be >= 1, got {n}")
+        out[f"{ratio_name(cfg.ablation_ratio)}_{n}_steps"] = dict(
+            keep=wli_keep, distill=replace(full, steps=n), selection="wli", ratio=cfg.ablation_ratio, group="steps")
+    if not cfg.ablations:
+        return out
     ab = dict(ratio=cfg.ablation_ratio, group="ablation")
     for t in TERMS:
         out[f"no_{t}"] = dict(keep=wli_keep, distill=replace(full, **{f"w_{t}": 0.0}), selection="wli", **ab)
@@ -250,11 +263,16 @@ def markdown(result: dict) -> str:
     head = ("| variant | layers (kept) | selection | distillation | WER % | CER % | dWER pts [95% CI] "
             "| dCER pts [95% CI] | data (share of teacher's train set) | talker speed-up | frame speed-up |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|")
+    at = f"{100 * result['config']['ablation_ratio']:g}% of the layers"
     for group, title in (("ratio", "Pruning ratios (WLI selection, full loss, dynamic targets)"),
-                         ("ablation", f"Ablations at {100 * result['config']['ablation_ratio']:g}% of the layers")):
+                         ("steps", f"Distillation length at {at} (the full recipe, more steps)"),
+                         ("ablation", f"Ablations at {at}")):
+        if not any(r["group"] == group for r in result["rows"]):
+            continue
         lines += [f"## {title}", "", head]
         for r in result["rows"]:
-            if r["group"] not in (group, "teacher"):
+            base = group == "steps" and r["group"] == "ratio" and r["ratio"] == result["config"]["ablation_ratio"]
+            if r["group"] not in (group, "teacher") and not base:
                 continue
             rec = r.get("recipe")
             how = ("none" if not r["distilled"] else
@@ -269,5 +287,35 @@ def markdown(result: dict) -> str:
                          f"| {100 * r['cer']:.2f} | {_ci(r, 'wer')} | {_ci(r, 'cer')} | {data} | {sp[0]} | {sp[1]} |")
         lines.append("")
     lines.append("Speed-ups are the teacher's ms per frame over the variant's, measured interleaved in one run "
-                 "(below 1 is a slowdown); ablation rows share the 50% row's architecture and speed.")
+                 "(below 1 is a slowdown); ablation and distillation-length rows share the 50% row's architecture and speed.")
     return "\n".join(lines) + "\n"
+
+
+def ablation_figure(result: dict) -> go.Figure:
+    """The study at a glance: per variant, the WER and CER difference to the teacher (points) with
+    the paired 95% interval as error bars, variants grouped as in the tables (ratios, distillation
+    length, ablations); a dashed line at +2 WER points (the issue's parity margin)."""
+    rows = [r for g in ("ratio", "steps", "ablation") for r in result["rows"] if r["group"] == g]
+    names = [r["name"] for r in rows]
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=("WER - teacher (points)", "CER - teacher (points)"))
+    for col, m in ((1, "wer"), (2, "cer")):
+        x = [100 * r[f"{m}_diff"] for r in rows]
+        lo = [100 * (r[f"{m}_diff"] - r[f"{m}_diff_ci95"][0]) for r in rows]
+        hi = [100 * (r[f"{m}_diff_ci95"][1] - r[f"{m}_diff"]) for r in rows]
+        fig.add_scatter(x=x, y=names, mode="markers", name=m.upper(), row=1, col=col,
+                        error_x=dict(type="data", symmetric=False, array=hi, arrayminus=lo),
+                        marker=dict(color=["#1f77b4" if r["group"] == "ratio" else "#2ca02c" if r["group"] == "steps"
+                                           else "#d62728" for r in rows]),
+                        hovertext=[f"{r['layers']} layers {r['keep']}, {r['selection']}" for r in rows])
+        fig.add_vline(x=0, line=dict(color="grey", width=1), row=1, col=col)
+    fig.add_vline(x=2, line=dict(color="black", dash="dash", width=1), row=1, col=1)
+    t = next(r for r in result["rows"] if r["group"] == "teacher")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(height=160 + 26 * len(rows), showlegend=False, margin=dict(t=110),
+                      title=dict(font=dict(size=14),
+                                 text=f"SPADE variants against the {result['teacher_layers']}-layer teacher (WER "
+                                      f"{100 * t['wer']:.1f}%, CER {100 * t['cer']:.1f}%), paired 95% CI<br><sup>blue: "
+                                      f"ratios, green: longer distillation, red: ablations at "
+                                      f"{100 * result['config']['ablation_ratio']:g}%; dashed: +2 WER points</sup>"))
+    return fig

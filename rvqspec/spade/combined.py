@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import plotly.graph_objects as go
+
 from rvqspec.core.defaults import DRAFTER_PREFERENCE
 from rvqspec.core.jsonfile import portable_path
 from rvqspec.measure.bench_spec import tokens_per_call_from_acceptance
@@ -55,6 +57,24 @@ def combined_benchmark(teacher_dir: str | Path, student_dir: str | Path, drafter
                 pruned_speculative_beats_teacher_ar=rows[3]["speedup_vs_teacher_ar"] > 1.0, fastest=best["name"],
                 method="interleaved: each repetition runs every text through the four pipelines in turn; the "
                        "fastest repetition per text counts; codec decoding excluded")
+
+
+def combined_figure(result: dict) -> go.Figure:
+    """Stacked ms per frame (talker + inner loop) of the four pipelines of `combined_benchmark`,
+    each labelled with its speed-up over the teacher with AR (below 1 is a slowdown)."""
+    rows = result["rows"]
+    names = [r["name"] for r in rows]
+    fig = go.Figure()
+    fig.add_bar(x=names, y=[r["talker_ms_per_frame"] for r in rows], name="talker")
+    fig.add_bar(x=names, y=[r["inner_ms_per_frame"] for r in rows], name="code predictor (15 codes)",
+                text=[f"{r['speedup_vs_teacher_ar']:.2f}x" + (" (slowdown)" if r["speedup_vs_teacher_ar"] < 1 else "")
+                      for r in rows], textposition="outside", textfont=dict(size=12), cliponaxis=False)
+    fig.update_layout(barmode="stack", height=440, yaxis_title="ms per frame (fastest repetition per text)",
+                      uniformtext=dict(minsize=11, mode="show"), margin=dict(t=110),
+                      title=dict(font=dict(size=14),
+                                 text=f"Teacher / pruned talker x AR / speculative, interleaved<br><sup>{result['texts']} "
+                                      f"texts x {result['reps']} reps; label: speed-up over teacher / AR</sup>"))
+    return fig
 
 
 def projection_from_acceptance(timings: dict, acceptance: dict, drafter: str | None = None,

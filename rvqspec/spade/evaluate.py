@@ -33,6 +33,7 @@ from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, Rope
 from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
+from rvqspec.measure.stats import paired_rate_difference
 from rvqspec.mini.pipeline import MiniTTS, intelligibility
 from rvqspec.real.asr import DEFAULT_RECOGNIZER, load_recognizer
 from rvqspec.spade.importance import heldout_texts
@@ -476,6 +477,17 @@ def projection_table(proj: dict) -> str:
                 f"prefill call {cp['prefill_call_ms']:.1f} ms, single step {cp['single_step_call_ms']:.1f} ms, "
                 f"tree call (q = N + 1) {trees}.")
     return head + "\n".join(lines) + "\n" + "\n".join(size) + "\n"
+
+
+def add_paired_differences(rows: list[dict], against: str, n: int = 2000, seed: int = 0) -> None:
+    """Add to each row (but the reference) its WER/CER minus the AR row of model `against`, with
+    paired bootstrap 95% intervals over the same clips (`measure.stats.paired_rate_difference`)."""
+    ref = next((r for r in rows if r["model"] == against and r["inner"] == "AR"), None)
+    if ref is None:
+        raise ValueError(f"no AR row of model {against!r} to compare against")
+    for r in rows:
+        if r is not ref:
+            r.update(paired_rate_difference(ref["clips"], r["clips"], n, seed), against=against)
 
 
 def results_figure(rows: Sequence[dict]):

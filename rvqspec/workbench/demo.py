@@ -108,6 +108,9 @@ class DemoConfig:
     threads: int = 1
     seed: int = 0
     mode: str = "full"
+    # the committed SPADE study (seed 001; `rvqspec spade ablate` / `spade combined`, hours on 2 cores,
+    # so the demo shows its recorded JSON rather than rerunning it); default: data/spade beside data/mini
+    spade_dir: str | None = None
 
     @classmethod
     def quick(cls, **kw) -> "DemoConfig":
@@ -556,6 +559,40 @@ def step_lossless(d: Demo) -> dict:
     return {"lossless": rep, "_step": {"note": note}}
 
 
+SPADE_FILES = {"ablation": "ablation.json", "combined": "combined.json"}
+SPADE_LENGTH = "length.json"  # optional: the 50% student distilled for longer (`spade ablate --sweep-steps`)
+
+
+def step_spade(d: Demo) -> dict:
+    """The committed SPADE study (not rerun): the ratio / length / ablation rows with their paired
+    intervals and the interleaved pruned x speculative timing, for the report's SPADE section."""
+    folder = Path(d.config.spade_dir) if d.config.spade_dir else d.data_dir().parent / "spade"
+    out = {}
+    for key, name in SPADE_FILES.items():
+        path = folder / name
+        if not path.is_file():
+            raise StepUnavailable(f"{path}: no committed SPADE result (run `rvqspec spade ablate` / `spade combined`)")
+        out[key] = json.loads(path.read_text())
+    ab, cb = out["ablation"], out["combined"]
+    keep = ("name", "group", "ratio", "layers", "keep", "selection", "distilled", "recipe", "wer", "cer", "clips",
+            "wer_diff", "wer_diff_ci95", "cer_diff", "cer_diff_ci95", "data", "timing")
+    rows = [{k: r[k] for k in keep if k in r} for r in ab["rows"]]
+    source = {k: f"{folder.name}/{name}" for k, name in SPADE_FILES.items()}
+    length = folder / SPADE_LENGTH
+    if length.is_file():  # the longer distillations: their own run, each paired against that run's teacher pass
+        rows += [{k: r[k] for k in keep if k in r} for r in json.loads(length.read_text())["rows"]
+                 if r["group"] == "steps"]
+        source["length"] = f"{folder.name}/{SPADE_LENGTH}"
+    spade = {"ablation": dict(teacher_layers=ab["teacher_layers"], eval=ab["eval"],
+                              config=dict(ablation_ratio=ab["config"]["ablation_ratio"],
+                                          bootstrap=ab["config"]["bootstrap"]), rows=rows),
+             "combined": {k: cb[k] for k in ("texts", "reps", "threads", "speculative", "rows", "method") if k in cb},
+             "source": source}
+    best = next(r for r in cb["rows"] if r["name"] == "pruned / speculative")
+    return {"spade": spade, "_step": {"note": f"recorded study: pruned / speculative {best['speedup_vs_teacher_ar']:.2f}x "
+                                              f"over teacher / AR"}}
+
+
 STEPS = [
     Step("extract", step_extract),
     Step("train", step_train, needs=("extract",)),
@@ -567,6 +604,7 @@ STEPS = [
     Step("wer", step_wer, needs=("trees",)),
     Step("ab", step_ab, needs=("trees",)),
     Step("lossless", step_lossless, needs=("trees",)),
+    Step("spade", step_spade),
 ]
 
 

@@ -20,6 +20,8 @@ Results layout (each key optional; a missing or 'not available' step shows as a 
     trees:      {drafter: {N: paths}}
     ab:         [{text, language, seed, ar: {wav, tokens_per_call, wer, cer, hypothesis}, spec: {...}}]
     lossless:   rvqspec.measure.lossless.lossless_report output: {contexts: [{decoder: {...}, control_*: {...}}]}
+    spade:      {ablation: {teacher_layers, eval, config, rows}, combined: {texts, reps, rows}, source}
+                (the committed `rvqspec spade ablate` / `spade combined` JSONs, read by the demo)
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ import plotly.offline
 import soundfile as sf
 
 from rvqspec.core.jsonfile import atomic_path, write_json_atomic
+from rvqspec.spade.ablation import ablation_figure
+from rvqspec.spade.combined import combined_figure
 from rvqspec.workbench.listening import ABPair, Clip, ab_figure
 from rvqspec.workbench.notebook_results import to_jsonable
 
@@ -507,6 +511,14 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
         parts.append("<section id='train'><h2>Offset training</h2>" + figure_html(loss_figure(results["train"]), "fig-loss")
                      + "</section>")
 
+    # SPADE (seed 001): the committed study
+    parts.append("<section id='spade'><h2>SPADE: the pruned talker, alone and with speculative decoding (seed 001)</h2>")
+    if results.get("spade"):
+        parts.append(_spade_section(results["spade"]))
+    else:
+        parts.append(_unavailable(results, "spade", "SPADE study"))
+    parts.append("</section>")
+
     # A/B audio
     parts.append("<section id='ab'><h2>Listening A/B: autoregressive vs speculative</h2>")
     if results.get("ab"):
@@ -524,6 +536,34 @@ def render_report(results: dict, out_dir: str | Path, audio_root: str | Path | N
     with atomic_path(path) as tmp:  # a crash leaves the old page or the whole new one
         tmp.write_text(page, encoding="utf-8")
     return path
+
+
+def _spade_section(spade: dict) -> str:
+    """The recorded study (`rvqspec spade ablate` / `spade combined`, read by the demo's spade step):
+    the differences to the teacher with paired intervals, and the four pipelines' frame time."""
+    ab, cb, src = spade["ablation"], spade["combined"], spade.get("source", {})
+    t = next(r for r in ab["rows"] if r["group"] == "teacher")
+    half = next((r for r in ab["rows"] if r["group"] == "ratio" and r["ratio"] == ab["config"]["ablation_ratio"]), None)
+    best = next((r for r in cb["rows"] if r["name"] == "pruned / speculative"), None)
+    text = [f"Teacher: {ab['teacher_layers']} talker layers, WER {100 * t['wer']:.1f}%, CER {100 * t['cer']:.1f}% "
+            f"on {ab['eval']['texts']} held-out {ab['eval']['language']} texts x seeds {ab['eval']['seeds']}."]
+    if half is not None:
+        text.append(f"Keeping {half['layers']} layers ({half['keep']}) costs {100 * half['wer_diff']:+.1f} WER points "
+                    f"[{100 * half['wer_diff_ci95'][0]:+.1f}, {100 * half['wer_diff_ci95'][1]:+.1f}] and "
+                    f"{100 * half['cer_diff']:+.1f} CER points.")
+    longest = max((r for r in ab["rows"] if r["group"] == "steps"), key=lambda r: r["recipe"]["steps"], default=None)
+    if longest is not None:
+        text.append(f"Distilled {longest['recipe']['steps']} steps instead of {half['recipe']['steps'] if half else '?'}, "
+                    f"the same layers cost {100 * longest['wer_diff']:+.1f} WER points "
+                    f"[{100 * longest['wer_diff_ci95'][0]:+.1f}, {100 * longest['wer_diff_ci95'][1]:+.1f}] and "
+                    f"{100 * longest['cer_diff']:+.1f} CER points.")
+    if best is not None:
+        r = best["speedup_vs_teacher_ar"]
+        text.append(f"Pruned talker with the speculative code predictor: {r:.2f}x the speed of the teacher with AR "
+                    f"({'a speed-up' if r > 1 else 'a slowdown'}), measured interleaved in one run.")
+    text.append(f"Recorded results, not rerun by the demo: {', '.join(src.values()) or 'data/spade'}.")
+    return (f"<p>{_esc(' '.join(text))}</p>" + figure_html(ablation_figure(ab), "fig-spade-ablation")
+            + "<div class='grid'>" + figure_html(combined_figure(cb), "fig-spade-combined") + "</div>")
 
 
 def _ab_section(items: Iterable[dict], audio_root: Path) -> str:
