@@ -234,8 +234,9 @@ STREAM="$RV bench stream --drafter $D/drafters/medusa.safetensors --tree $D/tree
 BACKENDS_FILE=bench/backends_shared_low_rank_n4.json
 BACKENDS="$PY scripts/bench_backends_mini.py $D/$BACKENDS_FILE 60 spec,ar shared_low_rank 4"
 AR_GRAPH="$RV bench ar --frames 8 --warmup 2 --calls 40 --dtype float32 --threads 2 --frame-graph --json --out $B/ar_frame_graph_0.6b.json"
-SPADE_ALL="$RV spade all --wli-texts 16 --texts 30 --fresh"   # results.json config: wli_texts 16, texts 30, fresh
+SPADE_ALL="$RV spade all --runs runs/spade/all_v3 --wli-texts 16 --texts 30 --fresh"   # results.json config: wli_texts 16, texts 30, fresh
 SPADE_ABLATE="$RV spade ablate --runs runs/spade/v3 --wli-texts 16 --wli-seeds 2 --texts 40 --seeds 2 --steps 200 --timing-texts 4 --threads 2 --fresh --out data/spade/ablation.json"
+SPADE_LENGTH="$RV spade ablate --runs runs/spade/v3 --ratios 0.5 --no-ablations --sweep-steps 1000 --sweep-steps 4000 --wli-texts 16 --wli-seeds 2 --texts 40 --seeds 2 --steps 200 --timing-texts 0 --threads 2 --out data/spade/length.json"
 SPADE_COMBINED="$RV spade combined --student runs/spade/v3/variants/keep_50% --texts 8 --reps 5 --acceptance $B/acceptance.json --threads 1 --out data/spade/combined.json"
 PROFILE_ACCEPTANCE=${PROFILE_ACCEPTANCE:-runs/real_mini_out/acceptance_lr1e-2.json}
 
@@ -380,8 +381,8 @@ stage_table3() {
 stage_record_table3() { record table3 "$(portable "$TABLE3_REC")"; }
 
 # spade: data/spade/README.md's commands. 1) `spade all` re-derives data/spade/results.{json,md,html}
-# and importance.html (the 8-layer teacher needs 9 WLI passes; NOT YET RUN ON V3, results.* still
-# hold the v1 run); 2) `spade ablate` and 3) `spade combined` are the study on a talker worth pruning,
+# and importance.html (9 WLI passes; 22 min on v3); 2) `spade ablate`, its steps sweep (length.*)
+# and 3) `spade combined` are the study on a talker worth pruning,
 # run on v3 with these commands (ablation: 13 evaluated models x 80 clips, ~5.5 min each, 9 WLI passes
 # x 32 clips, ~2 min each, 11 distillations of 200 steps, ~1.5 min each), written to
 # data/spade/ablation.{json,md} and combined.json. combined reads results.json's projection timings
@@ -392,6 +393,7 @@ stage_spade() {
   local t0=$SECONDS
   run_cmd spade-all "$SPADE_ALL"
   run_cmd spade-ablate "$SPADE_ABLATE"
+  run_cmd spade-length "$SPADE_LENGTH"
   run_cmd spade-combined "$SPADE_COMBINED"
   echo $((SECONDS - t0)) >"$WORK/seconds/spade"
 }

@@ -153,7 +153,7 @@ def test_markdown_table_shows_intervals_and_data_share():
                           cer_diff_ci95=[0.1, 0.2])])
     md = markdown(res)
     assert "| keep_50% | 2 [1, 2] | wli | dynamic, kd 0.25" in md
-    assert "+2.00 [-1.00, +5.00]" in md and "3.10%" in md and "1.50x | 0.90x" in md
+    assert "+2.00 [-1.00, +5.00]" in md and "3.10%" in md and "1.50x | 0.90x (slowdown)" in md
     assert "| no_distillation | 2 [1, 2] | wli | none |" in md and "below 1 is a slowdown" in md
 
 
@@ -272,3 +272,17 @@ def test_committed_distillation_length_run_repeats_the_ablation_row_and_adds_lon
             assert lo <= r[f"{m}_diff"] <= hi
     table = (COMMITTED.parent / "length.md").read_text()
     assert "## Distillation length" in table and all(f"| {r['name']} |" in table for r in sweep)
+
+
+def test_committed_iterative_run_is_paired_against_its_teacher():
+    """data/spade/iterative.json (`spade evaluate --against teacher`): 8 -> 6 -> 4 layers distilled in
+    two stages against the one-shot 50% student at the same first-stage length."""
+    res = json.loads((COMMITTED.parent / "iterative.json").read_text())
+    rows = {r["model"]: r for r in res["rows"]}
+    assert {"teacher", "oneshot_1000", "iterative_1000_1000", "s6_1000"} == set(rows)
+    for name, r in rows.items():
+        if name == "teacher":
+            assert "wer_diff" not in r
+            continue
+        assert r["against"] == "teacher"
+        assert r == dict(r, **paired_rate_difference(rows["teacher"]["clips"], r["clips"], r["bootstrap"], 0))

@@ -39,7 +39,8 @@ from rvqspec.measure.stats import paired_rate_difference
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
 from rvqspec.real.asr import load_recognizer
 from rvqspec.spade.distill import VALIDATION_UTTERANCES, DistillConfig
-from rvqspec.spade.evaluate import EvalConfig, evaluate_models, fingerprint, timing_benchmark, write_json
+from rvqspec.spade.evaluate import (EvalConfig, evaluate_models, fingerprint, speedup_text, timing_benchmark,
+                                    write_json)
 from rvqspec.spade.experiment import make_student
 from rvqspec.spade.importance import ImportanceConfig, heldout_texts, layer_importance, select_by
 
@@ -282,7 +283,7 @@ def markdown(result: dict) -> str:
                 how = "(teacher)"
             data = f"{100 * r['data']['share_of_train_set']:.2f}%" if r.get("data") else "-"
             t = r.get("timing")
-            sp = (f"{t['talker_speedup']:.2f}x", f"{t['frame_speedup']:.2f}x") if t else ("-", "-")
+            sp = (speedup_text(t["talker_speedup"]), speedup_text(t["frame_speedup"])) if t else ("-", "-")
             lines.append(f"| {r['name']} | {r['layers']} {r['keep']} | {r['selection']} | {how} | {100 * r['wer']:.2f} "
                          f"| {100 * r['cer']:.2f} | {_ci(r, 'wer')} | {_ci(r, 'cer')} | {data} | {sp[0]} | {sp[1]} |")
         lines.append("")

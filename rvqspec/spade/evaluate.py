@@ -448,7 +448,7 @@ def markdown_table(rows: Sequence[dict]) -> str:
     for r in rows:
         p, m = r["params"], r["memory"]
         dp = f"{100 * (p['total'] / base['params']['total'] - 1):+.1f}%" if base else "-"
-        sp = f"{base['ms_per_frame'] / r['ms_per_frame']:.2f}x" if base else "-"
+        sp = speedup_text(base["ms_per_frame"] / r["ms_per_frame"]) if base else "-"
         lines.append(f"| {r['name']} | {p['talker_layers']} | {p['total'] / 1e6:.3f} M | {dp} "
                      f"| {100 * r['wer']:.2f} | {100 * r['cer']:.2f} | {r['rtf']:.3f} "
                      f"| {r['ms_per_frame']:.1f} ({r['talker_ms_per_frame']:.1f} + {r['inner_ms_per_frame']:.1f}) "
@@ -462,7 +462,7 @@ def projection_table(proj: dict) -> str:
             "| speed-up |\n|---|---|---|---|---|---|---|---|\n")
     lines = [f"| {v['layers']} layers | {v['inner']} | {v['talker_ms']:.1f} | {v['inner_ms']:.1f} "
              f"| {v['calls_per_frame']:.2f} | {v['frame_ms']:.1f} | {v['projected_rtf']:.3f} "
-             f"| {v['speedup_vs_full_ar']:.2f}x |" for v in proj["variants"]]
+             f"| {speedup_text(v['speedup_vs_full_ar'])} |" for v in proj["variants"]]
     t = proj["talker"]
     full = t.get("full")
     size = ["", "| talker | params | params vs full | decoder-layer params | weights MB (fp32) "
@@ -477,6 +477,11 @@ def projection_table(proj: dict) -> str:
                 f"prefill call {cp['prefill_call_ms']:.1f} ms, single step {cp['single_step_call_ms']:.1f} ms, "
                 f"tree call (q = N + 1) {trees}.")
     return head + "\n".join(lines) + "\n" + "\n".join(size) + "\n"
+
+
+def speedup_text(ratio: float) -> str:
+    """'1.54x', or '0.71x (slowdown)' below 1: a ratio under 1 is named a slowdown wherever shown."""
+    return f"{ratio:.2f}x" + (" (slowdown)" if ratio < 1 else "")
 
 
 def add_paired_differences(rows: list[dict], against: str, n: int = 2000, seed: int = 0) -> None:
