@@ -231,6 +231,10 @@ TABLE3_OUT=$B/table3_medusa_n16.json
 TABLE3_ARGS="--drafter $D/drafters/medusa.safetensors --tree $D/trees/medusa_n16.json --sentences 40 --seeds 0 1"
 TABLE3_REC="$PY scripts/table3.py $TABLE3_ARGS > $TABLE3_OUT"
 STREAM="$RV bench stream --drafter $D/drafters/medusa.safetensors --tree $D/trees/medusa_n4.json --threads 2 --no-full-size --out $B/stream_medusa_n4.json"
+# the same streams on the graph backends (talker step, AR frame, round or whole speculative frame as
+# onnxruntime calls; codec decoding in a second thread) and the eager decoder threaded alike
+STREAM_GRAPH="$RV bench stream --drafter $D/drafters/shared_low_rank.safetensors --tree $D/trees/shared_low_rank_n4.json --threads 1 --threaded --repeats 3 --no-full-size"
+STREAM_EAGER_THREADED="$RV bench stream --drafter $D/drafters/medusa.safetensors --tree $D/trees/medusa_n4.json --threads 1 --threaded --repeats 3 --no-full-size --out $B/stream_eager_threaded_medusa_n4.json"
 BACKENDS_FILE=bench/backends_shared_low_rank_n4.json
 BACKENDS="$PY scripts/bench_backends_mini.py $D/$BACKENDS_FILE 60 spec,ar shared_low_rank 4"
 AR_GRAPH="$RV bench ar --frames 8 --warmup 2 --calls 40 --dtype float32 --threads 2 --frame-graph --json --out $B/ar_frame_graph_0.6b.json"
@@ -343,11 +347,15 @@ stage_stream() {
   require_current_drafters
   local t0=$SECONDS a b
   a=$(loadavg); run_cmd stream "$STREAM"; b=$(loadavg)
+  run_cmd stream-onnx-loop "$STREAM_GRAPH --backend onnx-loop --out $B/stream_onnx_loop_shared_low_rank_n4.json"
+  run_cmd stream-onnx "$STREAM_GRAPH --backend onnx --out $B/stream_onnx_shared_low_rank_n4.json"
+  run_cmd stream-eager-threaded "$STREAM_EAGER_THREADED"
   printf '{"bench/stream_medusa_n4.json": "%s before, %s after (/proc/loadavg)"}\n' "$a" "$b" >"$WORK/stream_loadavg.json"
   echo $((SECONDS - t0)) >"$WORK/seconds/stream"
   stage_record_stream
 }
 stage_record_stream() { record stream "$(portable "$STREAM")$(timing_note)"; }
+# (the graph-backend and threaded eager streams are not in the manifest: docs/streaming.md gives their commands)
 
 # backends (eager / compiled / ONNX, spec and AR, shared low-rank at N = 4). Timing: run on a quiet
 # machine. ar_frame_graph_0.6b.json is the 0.6B preset with random weights: model independent,

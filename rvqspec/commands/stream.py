@@ -11,6 +11,11 @@ import typer
 from rvqspec.commands import options as opt
 from rvqspec.commands.bench import bench_app
 from rvqspec.core.defaults import DRAFTER_PREFERENCE
+from rvqspec.export.backends import make_inner
+from rvqspec.export.talker import make_talker_steps
+
+
+STREAM_BACKENDS = ("eager", "onnx", "onnx-loop")  # `make_talker_steps`' backends: compiled measured slower
 
 
 def _fail(msg: str) -> None:
@@ -66,6 +71,12 @@ def register(app: typer.Typer) -> None:
             full_size: bool = typer.Option(True, "--full-size/--no-full-size",
                                            help="Also project the full-size (0.6B, random weights) architecture."),
             threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: torch's)."),
+            backend: str = typer.Option("eager", "--backend",
+                                        help="eager | onnx | onnx-loop: onnx runs the talker step, the AR frame "
+                                             "and the speculative round as single graph calls, onnx-loop the whole "
+                                             "speculative frame (rvqspec.export)."),
+            graph_threads: int = typer.Option(1, "--graph-threads",
+                                              help="onnxruntime intra-op threads per graph (onnx backend)."),
             temperature: float = opt.temperature(), top_k: int = opt.top_k(), top_p: float = opt.top_p(),
             greedy: bool = opt.greedy(),
             seed: int = typer.Option(0, "--seed", help="Seed of the sampling generator."),
@@ -102,16 +113,27 @@ def register(app: typer.Typer) -> None:
         for p in (drafter, tree):
             if not p.is_file():
                 _fail(f"{p}: no such file")
+        if backend not in STREAM_BACKENDS:
+            _fail(f"--backend must be one of {', '.join(STREAM_BACKENDS)}, got {backend!r}")
+        if graph_threads < 1:
+            _fail(f"--graph-threads must be >= 1, got {graph_threads}")
         try:
             tts = MiniTTS.load(data, model_dir=model)
-            spec = SpeculativeCodePredictor(tts.code_predictor, load_drafter(drafter), SparseTree.load(tree))
+            d, t = load_drafter(drafter), SparseTree.load(tree)
+            if backend == "eager":
+                spec, ar, steps = SpeculativeCodePredictor(tts.code_predictor, d, t), None, None
+            else:  # compiles / exports here, before anything is timed
+                spec = make_inner(backend, tts.code_predictor, d, t, threads=graph_threads)
+                ar = make_inner(backend, tts.code_predictor, threads=graph_threads)
+                steps = make_talker_steps(backend, tts.talker, threads=graph_threads)
         except (OSError, ValueError) as e:
             _fail(str(e).splitlines()[0])
         res = bench_stream(tts, spec, SENTENCES[:sentences], repeats=repeats, config=StreamConfig(chunk_frames=chunk_frames, threaded=threaded),
-                           seed=seed, sampling=sampling)
+                           seed=seed, sampling=sampling, ar=ar, talker_steps=steps, backend=backend)
         res["config"] = {"model": _shown(tts.model_dir), "drafter": _shown(drafter), "tree": _shown(tree),
                          "tree_nodes": len(SparseTree.load(tree).paths), "chunk_frames": chunk_frames,
                          "threaded": threaded, "threads": torch.get_num_threads(), "repeats": repeats,
+                         "backend": backend, "graph_threads": graph_threads if backend != "eager" else None,
                          "sentences": [t for t, _ in SENTENCES[:sentences]],
                          "sampling": {"do_sample": sampling.do_sample, "top_k": sampling.top_k,
                                       "top_p": sampling.top_p, "temperature": sampling.temperature}}

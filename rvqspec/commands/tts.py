@@ -12,6 +12,7 @@ import typer
 from rvqspec.commands import options as opt
 from rvqspec.core.defaults import NUM_CODES
 from rvqspec.core.jsonfile import write_json_atomic
+from rvqspec.export.talker import make_talker_steps
 
 
 def _inner(tts, drafter: Optional[Path], tree: Optional[Path], skip_hash_check: bool = False, backend: str = "eager"):
@@ -73,8 +74,10 @@ def _player(rate: int):
     return None
 
 
-def _synthesize_stream(tts, text, lang, seed, sampling, inner, out: Path, chunk_frames: int, play: bool) -> None:
-    """Write (and optionally play) the chunks of `rvqspec.stream` as they come; one JSON line at the end."""
+def _synthesize_stream(tts, text, lang, seed, sampling, inner, out: Path, chunk_frames: int, play: bool,
+                       talker_steps=None) -> None:
+    """Write (and optionally play) the chunks of `rvqspec.stream` as they come; one JSON line at the end.
+    `talker_steps`: the talker as an onnxruntime graph (`rvqspec.export.talker`) on the onnx backends."""
     import os
 
     import soundfile as sf
@@ -90,7 +93,8 @@ def _synthesize_stream(tts, text, lang, seed, sampling, inner, out: Path, chunk_
     try:
         with sf.SoundFile(str(part), "w", samplerate=rate, channels=1, format="WAV", subtype="PCM_16") as f:
             for ch in stream_mini(tts, text, lang, seed=seed, sampling=sampling, inner=inner,
-                                  config=StreamConfig(chunk_frames=chunk_frames), trace=trace):
+                                  config=StreamConfig(chunk_frames=chunk_frames), trace=trace,
+                                  talker_steps=talker_steps):
                 f.write(ch.audio)
                 f.flush()
                 n += len(ch.audio)
@@ -137,7 +141,9 @@ def register(app: typer.Typer) -> None:
                    play: bool = typer.Option(False, "--play", help="With --stream: also play chunks through aplay, "
                                              "paplay or ffplay when one is installed."),
                    backend: str = typer.Option("eager", "--backend",
-                                               help="Inner loop: eager | compiled (torch.compile graphs) | onnx."),
+                                               help="Inner loop: eager | compiled (torch.compile graphs) | onnx | "
+                                                    "onnx-loop (the whole speculative frame in one ONNX call); "
+                                                    "with --stream the onnx backends run the talker step as a graph too."),
                    codes_out: Optional[Path] = typer.Option(None, "--codes-out",
                                                             help="Also write the frame codes (T, 16) as JSON here.")):
         """Synthesize TEXT with the mini model or an official checkpoint and write a WAV file."""
@@ -173,7 +179,8 @@ def register(app: typer.Typer) -> None:
         tts = MiniTTS.load(data, model_dir=model)
         inner = _inner(tts, drafter, tree, skip_hash_check, backend)
         if stream:
-            _synthesize_stream(tts, text, lang, seed, sampling, inner, out, chunk_frames, play)
+            steps = make_talker_steps(backend, tts.talker) if backend in ("onnx", "onnx-loop") else None
+            _synthesize_stream(tts, text, lang, seed, sampling, inner, out, chunk_frames, play, steps)
             return
         syn = tts.synthesize(text, lang, seed=seed, sampling=sampling, inner=inner)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,17 @@ from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, causal_mask
 from rvqspec.core.sampling import Sampling, sample_logits
 
 
+class TalkerSteps(Protocol):
+    """The talker on a graph backend (`rvqspec.export.talker.TalkerSteps`): a per-utterance cache of
+    `length` slots filled in order."""
+
+    def start(self, length: int) -> None: ...
+
+    def prefill(self, x: torch.Tensor) -> None: ...
+
+    def step(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
 class FrameCompleter(Protocol):
     def generate_frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, sampling: Sampling = ...,
                        generator: torch.Generator | None = ...): ...
@@ -74,10 +85,12 @@ def synthesize_codes(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text
 def iter_frames(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids: torch.Tensor,
                 codebook_size: int, sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
                 inner: FrameCompleter | None = None, talker_sampling: Sampling | None = None,
-                stats: SynthesisStats | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+                stats: SynthesisStats | None = None, talker_steps: TalkerSteps | None = None
+                ) -> Iterator[tuple[int, torch.Tensor]]:
     """The frame loop as a generator: yields (t, frame (1, 16) long) as soon as frame t is complete,
     which is what streaming synthesis consumes (`rvqspec.mini.stream`). `stats` (updated in place)
-    collects frames, inner calls and the talker / inner time split."""
+    collects frames, inner calls and the talker / inner time split. `talker_steps`: the talker on a
+    graph backend (`rvqspec.export.talker.TalkerSteps`); None runs the talker module itself."""
     if text_ids.dim() != 1 or text_ids.numel() == 0:
         raise ValueError(f"text_ids must be a non-empty (T,) tensor, got shape {tuple(text_ids.shape)}")
     inner = inner or code_predictor
@@ -95,15 +108,23 @@ def iter_frames(talker: CodeDecoder, code_predictor: MultiCodeDecoder, text_ids:
         positions = torch.arange(L + T).view(1, L + T)  # (1, L + T): prefix, then one per frame
         mask = causal_mask(positions, L + T, dtype)  # (1, 1, L + T, L + T)
         vocab_mask = codec_vocab_mask(talker, codebook_size).to(dtype)  # (V,)
+        if talker_steps is not None:
+            talker_steps.start(L + T)
         if L:  # text tokens 0..L-1 enter first (TalkerConfig.text_lead)
             pad = talker.codec_embed(torch.tensor([[talker.config.codec_pad_id]])).to(dtype)  # (1, 1, E)
-            talker(stream[:, :L] + pad, positions[:, :L], cache, positions[0, :L], mask[:, :, :L], logits=False)
+            if talker_steps is not None:
+                talker_steps.prefill(stream[:, :L] + pad)
+            else:
+                talker(stream[:, :L] + pad, positions[:, :L], cache, positions[0, :L], mask[:, :, :L], logits=False)
         x = stream[:, L:L + 1] + bos  # (1, 1, E)
     for t in range(T):
         with torch.inference_mode():
             t0 = time.perf_counter()
             p = L + t
-            h, logits = talker(x, positions[:, p:p + 1], cache, positions[0, p:p + 1], mask[:, :, p:p + 1])
+            if talker_steps is not None:
+                h, logits = talker_steps.step(x)  # (1, 1, E), (1, 1, V)
+            else:
+                h, logits = talker(x, positions[:, p:p + 1], cache, positions[0, p:p + 1], mask[:, :, p:p + 1])
             c0 = sample_logits(logits[:, -1] + vocab_mask, talker_sampling, generator).view(1, 1)  # (1, 1)
             t1 = time.perf_counter()
             out = inner.generate_frame(h[:, -1:], c0, sampling=sampling, generator=generator)

@@ -17,6 +17,7 @@ predictor table g - 1), docs/design.md.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -29,6 +30,21 @@ from rvqspec.core.verify import AcceptTables, accept, check_noise, gumbel_max, g
 from rvqspec.export.wrappers import MASK_VALUE, ExportError, FrameGraph, RoundGraph, SpecRoundGraph
 
 Call = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class TimedCall:
+    """A backend call that records the wall time of each call (the benches split a frame into graph
+    calls and host work with it)."""
+
+    def __init__(self, call: Call):
+        self.call = call
+        self.times: list[float] = []
+
+    def __call__(self, feeds):
+        t0 = time.perf_counter()
+        out = self.call(feeds)
+        self.times.append(time.perf_counter() - t0)
+        return out
 
 
 def torch_call(graph: RoundGraph) -> Call:
@@ -205,6 +221,17 @@ def sampling_feeds(sampling: Sampling) -> dict[str, np.ndarray]:
     """The graphs' sampling inputs (temperature, top_k, top_p_tail) for `sampling`."""
     t, k, tail = sampling_tensors(sampling)
     return {"temperature": t.numpy(), "top_k": k.numpy(), "top_p_tail": tail.numpy()}
+
+
+def frame_rows(talker_hidden: torch.Tensor, c0: torch.Tensor) -> int:
+    """The batch B of a `generate_frame` call, after checking talker_hidden (B, 1, E) and c0 (B, 1);
+    the graph backends decode the rows one by one."""
+    if talker_hidden.dim() != 3 or talker_hidden.shape[1] != 1:
+        raise ValueError(f"talker_hidden must be (B, 1, E), got {tuple(talker_hidden.shape)}")
+    B = talker_hidden.shape[0]
+    if c0.shape != (B, 1):
+        raise ValueError(f"c0 must be (B, 1) = ({B}, 1), got {tuple(c0.shape)}")
+    return B
 
 
 def _frame_inputs(talker_hidden: torch.Tensor, E: int) -> np.ndarray:

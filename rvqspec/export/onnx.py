@@ -1,6 +1,7 @@
 """ONNX export of the AR step and the fused round, run by onnxruntime on the CPU.
 
-The second export target, the one that runs on this (Linux) machine: it checks that the static
+The second export target, the one that runs on this (Linux) machine (RMSNorm traced in the form
+onnxruntime fuses, `rvqspec.export.wrappers.rms_form`): it checks that the static
 graphs of `rvqspec.export.wrappers` are complete (numerics against eager in tests/test_export.py)
 and gives the `onnx` profiler backend. The TorchScript exporter (``dynamo=False``) is the default:
 with torch 2.13 both exporters give the same graph numerics here, and the TorchScript one is about
@@ -26,6 +27,7 @@ from rvqspec.export.wrappers import (
     as_float32,
     frame_graph,
     fused_graph,
+    rms_form,
     spec_round_graph,
 )
 
@@ -46,7 +48,7 @@ def export_graph(graph: RoundGraph, path: str | Path, name: str, dynamo: bool = 
     """Write one RoundGraph as ONNX (fp32 weights, static shapes) with the GraphSpec names."""
     spec = graph.spec(name)
     example = graph.example_inputs(cache_length=1)
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), rms_form("pow"):
         warnings.simplefilter("ignore")  # tracer warnings about Python ints baked as constants: intended
         torch.onnx.export(graph, example, str(path), input_names=list(spec.inputs),
                           output_names=list(spec.outputs), opset_version=OPSET, dynamo=dynamo)
@@ -81,6 +83,9 @@ class OnnxGraph:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+        # no busy-waiting between calls: ORT threads that spin steal the core the host loop and the
+        # torch talker run on (measured: the talker step 6 -> 15 ms beside spinning ORT threads)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -116,7 +121,7 @@ def example_feeds(spec) -> tuple[torch.Tensor, ...]:
 def export_module(graph, path: str | Path, dynamo: bool = False) -> None:
     """Write a FrameGraph or SpecRoundGraph as ONNX (fp32, static shapes) with its GraphSpec names."""
     spec = graph.spec()
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), rms_form("pow"):
         warnings.simplefilter("ignore")  # tracer warnings about Python ints baked as constants: intended
         torch.onnx.export(graph, example_feeds(spec), str(path), input_names=list(spec.inputs),
                           output_names=list(spec.outputs), opset_version=OPSET, dynamo=dynamo)

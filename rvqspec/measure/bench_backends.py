@@ -29,7 +29,8 @@ from rvqspec.core.compiled import CompileConfig
 from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
-from rvqspec.export.backends import BACKENDS, GraphInner, make_inner
+from rvqspec.export.backends import BACKENDS, ROUND_BACKENDS, make_inner
+from rvqspec.export.host import TimedCall
 
 
 class _EagerTimer:
@@ -49,12 +50,17 @@ class _EagerTimer:
             setattr(spec, name, timed)
 
 
+def _timed(inner) -> bool:
+    """A graph-backend inner loop whose calls are timed (GraphInner, SpecFrameInner)."""
+    return isinstance(getattr(inner, "call", None), TimedCall)
+
+
 def _median_ms(xs) -> float:
     return 1e3 * statistics.median(xs)
 
 
 def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                   sampling: Sampling = Sampling(), backends: Sequence[str] = BACKENDS, modes=("spec", "ar"),
+                   sampling: Sampling = Sampling(), backends: Sequence[str] = ROUND_BACKENDS, modes=("spec", "ar"),
                    warmup: int = 3, seed: int = 0, threads: int | None = 1, progress: bool = True,
                    compile_config: CompileConfig = CompileConfig()) -> dict:
     """frames: (talker_hidden (1, 1, E), c0 (1, 1)) pairs. Returns the JSON-able result (module
@@ -89,7 +95,7 @@ def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[t
             codes = {}
             for k in order:
                 r = runners[k]
-                calls_before = len(r.call.times) if isinstance(r, GraphInner) else len(timers[k].times) if k in timers else 0
+                calls_before = len(r.call.times) if _timed(r) else len(timers[k].times) if k in timers else 0
                 g = torch.Generator().manual_seed(seed + i)
                 t0 = time.perf_counter()
                 out = r.generate_frame(th, c0, sampling, g)
@@ -98,7 +104,7 @@ def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[t
                 if i < warmup:
                     continue
                 t_frame[k].append(dt)
-                if isinstance(r, GraphInner):
+                if _timed(r):
                     new = r.call.times[calls_before:]
                 elif k in timers:
                     new = timers[k].times[calls_before:]

@@ -36,6 +36,8 @@ from rvqspec.core.config import CodePredictorConfig, TalkerConfig
 from rvqspec.core.defaults import BUDGET, NUM_CODES
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, causal_mask
 from rvqspec.core.sampling import Sampling
+from rvqspec.core.speculative import SpeculativeCodePredictor
+from rvqspec.export.backends import GraphInner, TimedCall
 from rvqspec.mini.stream import StreamConfig, StreamTrace, stream_mini
 
 FRAME_RATE = 12.5  # Hz, Qwen3-TTS 12 Hz tokenizer
@@ -76,26 +78,50 @@ def _pct(xs: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs, dtype=np.float64), q))
 
 
-def run_stream(tts, text: str, lang: str, inner, config: StreamConfig, seed: int, sampling: Sampling) -> dict:
+def _graph_calls(*objs) -> list[TimedCall]:
+    """The timed graph calls of graph-backend inner loops / talkers among `objs` (eager ones have none)."""
+    return [c for c in (getattr(o, "call", None) for o in objs) if isinstance(c, TimedCall)]
+
+
+def _sequential_passes(inner, stats) -> int:
+    """Code-predictor forward passes in sequence (the seed's budget counts these): the eager decoders
+    count theirs; a whole-frame AR graph call holds 15 passes, a whole-round graph call one."""
+    if isinstance(inner, GraphInner) and not inner.speculative:
+        return NUM_CODES * stats.frames
+    return stats.inner_calls
+
+
+def run_stream(tts, text: str, lang: str, inner, config: StreamConfig, seed: int, sampling: Sampling,
+               talker_steps=None) -> dict:
     """One stream, measured: the row `summarize` aggregates, plus its chunk timeline."""
     tr = StreamTrace()
+    graphs = _graph_calls(inner, talker_steps)
+    before = [len(c.times) for c in graphs]
+    n_talker = len(talker_steps.call.times) if talker_steps is not None else 0
     with model_clock(tts.talker, tts.code_predictor) as clock:
         t0 = time.perf_counter()
         n = 0
         first = None
-        for ch in stream_mini(tts, text, lang, seed=seed, sampling=sampling, inner=inner, config=config, trace=tr):
+        for ch in stream_mini(tts, text, lang, seed=seed, sampling=sampling, inner=inner, config=config, trace=tr,
+                              talker_steps=talker_steps):
             if first is None and len(ch.audio):
                 first = time.perf_counter() - t0
             n += len(ch.audio)
         wall = time.perf_counter() - t0
+    graph_s = sum(sum(c.times[b:]) for c, b in zip(graphs, before))
+    talker_graph_calls = len(talker_steps.call.times) - n_talker if talker_steps is not None else 0
     audio_s = n / tts.codec.config.sample_rate
     frames = tr.stats.frames
+    predictor_calls = clock["predictor_calls"] if isinstance(inner, (type(None), SpeculativeCodePredictor)) \
+        else _sequential_passes(inner, tr.stats)
     return {"text": text, "lang": lang, "frames": frames, "audio_s": audio_s, "wall_s": wall,
             "ttfa_ms": 1e3 * (first if first is not None else wall), "rtf": wall / audio_s,
-            "talker_calls": clock["talker_calls"], "predictor_calls": clock["predictor_calls"],
-            "predictor_calls_reported": tr.stats.inner_calls,  # the decoder's own count, a cross-check
-            "host_ms_per_frame": 1e3 * (wall - clock["model_s"]) / frames,
-            "tokens_per_call": tr.stats.tokens_per_call,
+            "talker_calls": clock["talker_calls"] + talker_graph_calls, "predictor_calls": predictor_calls,
+            "predictor_calls_reported": _sequential_passes(inner, tr.stats),  # the decoder's own count, a cross-check
+            "graph_calls": sum(len(c.times) - b for c, b in zip(graphs, before)),
+            "host_ms_per_frame": 1e3 * (wall - clock["model_s"] - graph_s) / frames,
+            "tokens_per_call": tr.stats.tokens_per_call if not isinstance(inner, GraphInner) or inner.speculative
+            else 1.0,
             "timeline": [{"start_s": c.start / tts.codec.config.sample_rate,
                           "seconds": c.samples / tts.codec.config.sample_rate, "ready_s": c.ready_s,
                           "frames": c.frames} for c in tr.chunks]}
@@ -116,26 +142,33 @@ def summarize(rows: list[dict]) -> dict:
             "predictor_calls_reported": sum(r["predictor_calls_reported"] for r in rows),
             "calls_per_audio_s": round(sum(r["talker_calls"] + r["predictor_calls"] for r in rows) / audio, 2),
             "host_ms_per_frame": round(sum(r["host_ms_per_frame"] * r["frames"] for r in rows) / frames, 3),
+            "graph_calls_per_frame": round(sum(r["graph_calls"] for r in rows) / frames, 3),
             "tokens_per_call": round(NUM_CODES * frames / max(1, sum(r["predictor_calls"] for r in rows)), 4)}
 
 
 def bench_stream(tts, spec, sentences: Sequence[tuple[str, str]] = SENTENCES, repeats: int = 2,
                  config: StreamConfig = StreamConfig(), seed: int = 0, sampling: Sampling = Sampling(),
-                 warmup: bool = True, progress: bool = True) -> dict:
-    """AR (the code predictor) and `spec` (a SpeculativeCodePredictor) streamed side by side."""
-    modes = {"ar": None, "spec": spec}
+                 warmup: bool = True, progress: bool = True, ar=None, talker_steps=None,
+                 backend: str = "eager") -> dict:
+    """AR and `spec` (the speculative inner loop: a SpeculativeCodePredictor, or a whole-round graph of
+    `rvqspec.export.backends.make_inner`) streamed side by side. `ar`: the AR inner loop (None: the
+    eager code predictor; or a whole-frame graph); `talker_steps`: the talker on a graph backend
+    (`rvqspec.export.talker.make_talker_steps`), shared by both modes; `backend` labels the result."""
+    modes = {"ar": ar, "spec": spec}
     if warmup:  # first calls pay allocation and the text front end's cache; not measured
         for inner in modes.values():
-            run_stream(tts, sentences[0][0], sentences[0][1], inner, config, seed, sampling)
+            run_stream(tts, sentences[0][0], sentences[0][1], inner, config, seed, sampling, talker_steps)
     rows: dict[str, list] = {"ar": [], "spec": []}
     jobs = [(r, i) for r in range(repeats) for i in range(len(sentences))]
     for k, (r, i) in enumerate(tqdm(jobs, desc="bench stream", disable=not progress)):
         order = ("ar", "spec") if k % 2 == 0 else ("spec", "ar")
         text, lang = sentences[i]
         for mode in order:
-            rows[mode].append(run_stream(tts, text, lang, modes[mode], config, seed + r, sampling))
+            rows[mode].append(run_stream(tts, text, lang, modes[mode], config, seed + r, sampling, talker_steps))
     out = {mode: summarize(rs) for mode, rs in rows.items()}
+    out["backend"] = backend
     out["spec_over_ar_rtf"] = round(out["ar"]["rtf"] / out["spec"]["rtf"], 4)  # > 1: speculative is faster
+    out["spec_over_ar_label"] = "speedup" if out["spec_over_ar_rtf"] >= 1 else "slowdown"
     out["timeline"] = {mode: rows[mode][0]["timeline"] for mode in rows}  # the first sentence, first repeat
     out["timeline_sentence"] = rows["ar"][0]["text"]
     out["seed_calls_per_audio_s"] = dict(SEED_CALLS_PER_S)

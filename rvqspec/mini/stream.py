@@ -39,7 +39,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from rvqspec.core.frame_loop import FrameCompleter, SynthesisStats, iter_frames
+from rvqspec.core.frame_loop import FrameCompleter, SynthesisStats, TalkerSteps, iter_frames
 from rvqspec.core.sampling import Sampling
 from rvqspec.mini.codec import RVQCodec, griffin_lim_from
 
@@ -212,10 +212,10 @@ class StreamTrace:
         return torch.stack(self.frames) if self.frames else torch.empty(0, 16, dtype=torch.long)
 
 
-def _frames(tts, ids, sampling, generator, inner, stats, trace, t0, threaded: bool):
+def _frames(tts, ids, sampling, generator, inner, stats, trace, t0, threaded: bool, talker_steps=None):
     """(t, frame) pairs from the frame loop, directly or through a producer thread."""
     loop = iter_frames(tts.talker, tts.code_predictor, ids, tts.codebook_size, sampling, generator, inner,
-                       stats=stats)
+                       stats=stats, talker_steps=talker_steps)
     if not threaded:
         for t, frame in loop:
             trace.frame_ready_s.append(time.perf_counter() - t0)
@@ -253,12 +253,13 @@ def _frames(tts, ids, sampling, generator, inner, stats, trace, t0, threaded: bo
 
 def stream_mini(tts, text: str, lang: str = "en", *, seed: int = 0, sampling: Sampling = Sampling(),
                 inner: FrameCompleter | None = None, config: StreamConfig = StreamConfig(),
-                trace: StreamTrace | None = None) -> Iterator[AudioChunk]:
+                trace: StreamTrace | None = None, talker_steps: TalkerSteps | None = None) -> Iterator[AudioChunk]:
     """Chunks of `text` spoken by the mini model (`rvqspec.mini.pipeline.MiniTTS`) as its frames are
     decoded: every `config.chunk_frames` frames the codec decodes incrementally (`StreamingDecoder`)
     and the new samples are yielded. `inner`: AR (None) or a `SpeculativeCodePredictor`; the codes
     are those of `tts.synthesize(text, lang, seed=seed, ...)` with the same arguments. `trace`
-    (filled in place) records chunk timing without the audio, and the frame loop's stats."""
+    (filled in place) records chunk timing without the audio, and the frame loop's stats.
+    `talker_steps`: the talker on a graph backend (`rvqspec.export.talker.make_talker_steps`)."""
     trace = trace if trace is not None else StreamTrace()
     t0 = time.perf_counter()
     ids = tts.text_ids(text, lang)
@@ -273,7 +274,7 @@ def stream_mini(tts, text: str, lang: str = "en", *, seed: int = 0, sampling: Sa
         trace.chunks.append(ChunkTiming(start, len(audio), ch.frames, ch.ready_s))
         return ch
 
-    for t, frame in _frames(tts, ids, sampling, g, inner, trace.stats, trace, t0, config.threaded):
+    for t, frame in _frames(tts, ids, sampling, g, inner, trace.stats, trace, t0, config.threaded, talker_steps):
         pending.append(frame)  # (1, 16)
         trace.frames.append(frame[0])
         if len(pending) == config.chunk_frames:

@@ -145,11 +145,12 @@ def _speech_tokenizer(model: Any) -> Any:
 def stream(tts: Any, text: str | None = None, lang: str = "en", *, chunk_frames: int = StreamConfig.chunk_frames,
            seed: int = 0, sampling: Sampling = Sampling(), inner: Any = None, call: Callable[[], Any] | None = None,
            left_context: int = LEFT_CONTEXT, config: StreamConfig | None = None,
-           trace: StreamTrace | None = None) -> Iterator[AudioChunk]:
+           trace: StreamTrace | None = None, talker_steps: Any = None) -> Iterator[AudioChunk]:
     """A generator of `AudioChunk`s (audio, start sample, frames decoded, seconds since the start).
 
     - `tts` a `MiniTTS`: speaks `text` in `lang` (AR, or speculative with inner=SpeculativeCodePredictor),
-      decoding `chunk_frames` frames at a time (`rvqspec.mini.stream`).
+      decoding `chunk_frames` frames at a time (`rvqspec.mini.stream`); on the onnx backends pass
+      inner=`rvqspec.export.backends.make_inner(...)` and talker_steps=`rvqspec.export.talker.make_talker_steps(...)`.
     - `tts` an `rvqspec.accelerate` handle: runs `call()` (one official generate call) and streams
       its frames through the model's speech tokenizer (`stream_official`).
     """
@@ -157,7 +158,8 @@ def stream(tts: Any, text: str | None = None, lang: str = "en", *, chunk_frames:
         if text is None:
             raise ValueError("stream: the mini pipeline needs text")
         cfg = dataclasses.replace(config or StreamConfig(), chunk_frames=chunk_frames)
-        return stream_mini(tts, text, lang, seed=seed, sampling=sampling, inner=inner, config=cfg, trace=trace)
+        return stream_mini(tts, text, lang, seed=seed, sampling=sampling, inner=inner, config=cfg, trace=trace,
+                           talker_steps=talker_steps)
     if isinstance(tts, AcceleratedModel):
         if call is None:
             raise ValueError("stream: an accelerated official model needs call= (a zero-argument generate call)")
