@@ -85,3 +85,27 @@ def test_bench_ar_smoke_tiny() -> None:
     with pytest.raises(ValueError, match="unknown dtype"):
         run_bench_ar(BenchARConfig(calls=1, frames=1, warmup=0, bandwidth_mib=1, c0_vocab=32, threads=1,
                                    official=False, dtypes=("int8",)), cfg=cfg, progress=False)
+
+
+def test_bench_ar_times_the_onnx_whole_frame_fp32_and_w8() -> None:
+    """`bench ar --onnx-frame fp32 --onnx-frame w8` on a tiny config: both variants timed beside the
+    official loop, the 8-bit graph's MatMuls rewritten (every unrolled pass, not only the first) and
+    its greedy codes compared with the fp32 graph's (no timing asserted)."""
+    cfg = CodePredictorConfig(vocab_size=16, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, talker_hidden_size=64)
+    bc = BenchARConfig(calls=2, frames=2, warmup=1, bandwidth_mib=8, c0_vocab=32, threads=1, compiled=False,
+                       dtypes=("float32",), onnx_frame=("fp32", "w8"))
+    r = run_bench_ar(bc, cfg=cfg, progress=False)["dtypes"]["float32"]
+    for v in ("fp32", "w8"):
+        assert r[f"onnx_frame_{v}_ms"] > 0 and r[f"onnx_frame_{v}_speedup_vs_official"] > 0
+    info = r["onnx_frame_info"]
+    # 7 weight matmuls per layer in the 16 unrolled passes (a few of the first pass's stay fp32), far
+    # more than the one pass the quantizer reaches without removing the exporter's Identity aliases
+    assert 15 * 7 * cfg.num_hidden_layers <= info["w8"]["matmul_nbits"] <= 16 * 7 * cfg.num_hidden_layers
+    assert info["w8"]["aliases_removed"] > 0
+    agree, n = map(int, info["w8_greedy_codes_agree"].split("/"))
+    assert n == 8 and 0 <= agree <= 8
+    with pytest.raises(ValueError, match="onnx_frame"):
+        run_bench_ar(BenchARConfig(calls=1, frames=1, warmup=0, bandwidth_mib=1, c0_vocab=32, threads=1,
+                                   official=False, compiled=False, dtypes=("float32",), onnx_frame=("int4",)),
+                     cfg=cfg, progress=False)

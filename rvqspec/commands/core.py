@@ -10,7 +10,7 @@ import typer
 
 from rvqspec.commands import options as opt
 from rvqspec.commands.bench import bench_app
-from rvqspec.real.bench_ar import BenchARConfig
+from rvqspec.real.bench_ar import ONNX_FRAME_VARIANTS, BenchARConfig
 
 _BENCH = BenchARConfig()  # the one place the bench defaults live
 
@@ -74,6 +74,9 @@ def register(app: typer.Typer) -> None:
                                       "(rvqspec.CompiledCodePredictor; needs a C++ compiler, compiles ~1 min)."),
         frame_graph: bool = typer.Option(_BENCH.frame_graph, "--frame-graph", help="Also time the whole frame as "
                                          "ONE compiled graph call (rvqspec.export.wrappers.FrameGraph)."),
+        onnx_frame: Optional[List[str]] = typer.Option(None, "--onnx-frame", help="Also time the whole frame as "
+                                                       "ONE onnxruntime call: fp32 | w8 (8-bit weights, int8 dot "
+                                                       "products; rvqspec.export.quantize); repeatable; float32 only."),
         as_json: bool = opt.as_json("Print only JSON on stdout (progress on stderr)."),
         out: Optional[Path] = opt.out(),
     ) -> None:
@@ -83,7 +86,11 @@ def register(app: typer.Typer) -> None:
 
         bc = replace(_BENCH, calls=calls, frames=frames, warmup=warmup, threads=threads, preset=preset,
                      official=official, compiled=compiled, frame_graph=frame_graph,
-                     dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
+                     onnx_frame=tuple(onnx_frame or ()), dtypes=tuple(dtypes) if dtypes else _BENCH.dtypes)
+        bad = [v for v in bc.onnx_frame if v not in ONNX_FRAME_VARIANTS]
+        if bad:
+            typer.echo(f"error: --onnx-frame must be one of {', '.join(ONNX_FRAME_VARIANTS)}, got {bad[0]!r}", err=True)
+            raise typer.Exit(2)
         result = run_bench_ar(bc)
         if out is not None:
             write_json_atomic(out, result, indent=2)

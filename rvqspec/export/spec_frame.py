@@ -30,9 +30,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 import torch
-from onnx import TensorProto, helper, numpy_helper
 
 from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpecStats
@@ -46,12 +44,18 @@ _STATE = ("tokens", "cache_length", "key_cache", "value_cache")  # round graph s
 _ROUND_OUT = ("codes", "count", "next_tokens", "next_cache_length", "next_key_cache", "next_value_cache")
 
 
-def _vi(name: str, elem: int, shape) -> onnx.ValueInfoProto:
+def _vi(name: str, elem: int, shape):
+    from onnx import helper
+
     return helper.make_tensor_value_info(name, elem, list(shape))
 
 
-def spec_frame_model(round_model: onnx.ModelProto, graph: SpecRoundGraph) -> onnx.ModelProto:
-    """Wrap the exported round graph of `graph` in a Loop over rounds (module docstring)."""
+def spec_frame_model(round_model, graph: SpecRoundGraph):
+    """Wrap the exported round graph (an onnx.ModelProto) of `graph` in a Loop over rounds (module
+    docstring). onnx is the optional `onnx` extra, imported here as `rvqspec.export.onnx` does."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
     G = round_model.graph
     names = [i.name for i in G.input]
     if names[:4] != list(_STATE) or [o.name for o in G.output] != list(_ROUND_OUT):
@@ -130,6 +134,8 @@ def spec_frame_model(round_model: onnx.ModelProto, graph: SpecRoundGraph) -> onn
 
 def export_spec_frame(graph: SpecRoundGraph, path: str | Path) -> Path:
     """Export `graph` (the round) and write the loop model at `path` (a temp file, then renamed)."""
+    import onnx
+
     path = Path(path)
     with tempfile.TemporaryDirectory(prefix="rvqspec-round-") as d:
         rnd = Path(d) / "round.onnx"

@@ -12,6 +12,9 @@ after warm-up rounds, plus paired per-round ratios):
 - `compiled_frame_ms` / `compiled_step_ms`: the same frame and single step through
   `rvqspec.core.compiled.CompiledCodePredictor` (Inductor, frozen prepacked weights; compiled before
   the timed rounds, compile seconds reported as `compile_s`);
+- `onnx_frame_<v>_ms`: the whole frame (`FrameGraph`) as one onnxruntime call, fp32 weights or 8-bit
+  weights with int8 dot products (`rvqspec.export.quantize.quantize_w8`), exported before the timed
+  rounds; `onnx_frame_w8_greedy_codes_agree`: frames whose greedy codes equal the fp32 graph's;
 - `matmul_stack_ms`: only the matmuls one q=1 call does (7 per layer + one head), same weights:
   what is left of a step once every other op is free (the kernels' own efficiency);
 - `floor_ms`: weight bytes one call reads (`CodePredictorConfig.params_per_call`) / the read
@@ -20,9 +23,12 @@ after warm-up rounds, plus paired per-round ratios):
 from __future__ import annotations
 
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -33,6 +39,11 @@ from rvqspec.core.compiled import CompileConfig, CompiledCodePredictor
 from rvqspec.core.config import CodePredictorConfig
 from rvqspec.core.model import MultiCodeDecoder, causal_mask
 from rvqspec.core.sampling import Sampling
+from rvqspec.export.backends import compiled_call
+from rvqspec.export.host import graph_ar_frame
+from rvqspec.export.onnx import OnnxGraph, export_module
+from rvqspec.export.quantize import quantize_w8
+from rvqspec.export.wrappers import frame_graph as make_frame_graph
 from rvqspec.real.official import import_official
 
 # Light at import time (the CLI reads BenchARConfig defaults): torch is imported in the functions.
@@ -54,6 +65,7 @@ class BenchARConfig:
     compiled_autotune: bool = CompileConfig.max_autotune  # Inductor max_autotune for it (off: faster compile)
     frame_graph: bool = False     # also time the whole frame as ONE compiled graph call (FrameGraph)
     frame_graph_autotune: bool = False  # Inductor max_autotune for it (frozen weights either way)
+    onnx_frame: tuple[str, ...] = ()  # also time the whole frame as ONE onnxruntime call: "fp32", "w8" (float32 only)
     seed: int = 0
     c0_vocab: int = 3072          # talker codec vocabulary (the c0 table)
     sampling: dict = field(default_factory=dict)  # Sampling(**sampling); {} = deployed subtalker defaults
@@ -104,6 +116,7 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
         base = _official_predictor(cfg, bc.seed) if bc.official else None
         g = torch.Generator().manual_seed(bc.seed)
         c0_table = torch.nn.Embedding(bc.c0_vocab, cfg.talker_hidden_size)  # stands in for the talker table
+        workdir = Path(tempfile.mkdtemp(prefix="rvqspec-bench-ar-"))
         for name in bc.dtypes:
             if name not in DTYPES:
                 raise ValueError(f"unknown dtype {name!r}; choose from {list(DTYPES)}")
@@ -169,10 +182,6 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
             if bc.frame_graph:
                 if B != 1:
                     raise ValueError(f"frame_graph times one row per frame; got batch={B}")
-                from rvqspec.export.backends import compiled_call
-                from rvqspec.export.host import graph_ar_frame
-                from rvqspec.export.wrappers import frame_graph as make_frame_graph
-
                 fg = make_frame_graph(ours)
                 gcall = compiled_call(fg, CompileConfig(max_autotune=bc.frame_graph_autotune))
                 t0 = time.perf_counter()
@@ -181,6 +190,11 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
 
                 def graph_frame():  # c1..c15 in one compiled call, Gumbel noise drawn on the host
                     graph_ar_frame(gcall, fg, th, int(c0_ids[0, 0]), s, frame_gen)
+
+            onnx_frames: dict = {}
+            onnx_info: dict = {}
+            if bc.onnx_frame and name == "float32":
+                onnx_frames, onnx_info = _onnx_frames(ours, bc, th, int(c0_ids[0, 0]), s, frame_gen, workdir)
 
             def official_frame():
                 with torch.inference_mode():
@@ -191,7 +205,8 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
             # our single steps and one bandwidth sample, so all of them see the same machine load
             # (the machine is shared); per-round ratios are paired.
             steps_per_round = max(1, bc.calls // max(1, bc.frames))
-            t = {"step": [], "frame": [], "official": [], "bw": [], "mm": [], "cframe": [], "cstep": [], "gframe": []}
+            t = {"step": [], "frame": [], "official": [], "bw": [], "mm": [], "cframe": [], "cstep": [], "gframe": [],
+                 **{f"oframe_{v}": [] for v in onnx_frames}}
             for rnd in tqdm(range(bc.warmup + bc.frames), desc=f"bench ar {name}", file=sys.stderr,
                             disable=not progress, leave=False):
                 sample = {"official": _timed(official_frame) if base is not None else None,
@@ -201,7 +216,8 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
                           "cframe": _timed(compiled_frame) if compiled_frame else None,
                           "cstep": (statistics.median(_timed(compiled_step) for _ in range(steps_per_round))
                                     if compiled_step else None),
-                          "gframe": _timed(graph_frame) if graph_frame else None}
+                          "gframe": _timed(graph_frame) if graph_frame else None,
+                          **{f"oframe_{v}": _timed(f) for v, f in onnx_frames.items()}}
                 if rnd >= bc.warmup:
                     for k, v in sample.items():
                         t[k].append(v)
@@ -244,6 +260,17 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
                     r.update(graph_speedup_frame_vs_official=off_ms / gf_ms,
                              graph_speedup_frame_vs_official_paired=statistics.median(
                                  o / c for o, c in zip(t["official"], t["gframe"])))
+            for v in onnx_frames:
+                of_ms = 1e3 * med[f"oframe_{v}"]
+                r.update({f"onnx_frame_{v}_ms": of_ms,
+                          f"onnx_frame_{v}_speedup_vs_eager_paired": statistics.median(
+                              f / o for f, o in zip(t["frame"], t[f"oframe_{v}"]))})
+                if base is not None:
+                    r.update({f"onnx_frame_{v}_speedup_vs_official": off_ms / of_ms,
+                              f"onnx_frame_{v}_speedup_vs_official_paired": statistics.median(
+                                  o / f for o, f in zip(t["official"], t[f"oframe_{v}"]))})
+            if onnx_info:
+                r["onnx_frame_info"] = onnx_info
             result["dtypes"][name] = r
             del ours
         # Issue 2's targets, judged on our fastest AR path (compiled when timed, else eager).
@@ -256,11 +283,55 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
             if "graph_speedup_frame_vs_official" in r:  # issue 16's target for the whole-frame graph
                 targets[f"{name}: whole-frame graph >= 3x official (graph_speedup_frame_vs_official)"] = \
                     r["graph_speedup_frame_vs_official"] >= 3
+        for name, r in result["dtypes"].items():
+            for v in ("fp32", "w8"):
+                if f"onnx_frame_{v}_speedup_vs_official" in r:
+                    targets[f"{name}: whole-frame onnx {v} >= 3x official (onnx_frame_{v}_speedup_vs_official)"] = \
+                        r[f"onnx_frame_{v}_speedup_vs_official"] >= 3
         if "bfloat16" in result["dtypes"]:
             r = result["dtypes"]["bfloat16"]
             key = "compiled_step_over_floor" if "compiled_step_over_floor" in r else "ours_step_over_floor"
             targets[f"bfloat16: step within 3x of bandwidth floor ({key})"] = r[key] <= 3
         result["targets_met"] = targets
+        shutil.rmtree(workdir, ignore_errors=True)
         return result
     finally:
         torch.set_num_threads(prev_threads)
+
+
+ONNX_FRAME_VARIANTS = ("fp32", "w8")
+
+
+def _onnx_frames(ours, bc: BenchARConfig, th, c0: int, s: Sampling, frame_gen, workdir: Path) -> tuple[dict, dict]:
+    """The whole frame as one onnxruntime call per requested variant: {variant: frame function} and
+    what the export and quantization recorded (seconds, counts, greedy agreement of w8 with fp32)."""
+    bad = [v for v in bc.onnx_frame if v not in ONNX_FRAME_VARIANTS]
+    if bad:
+        raise ValueError(f"onnx_frame variants must be among {ONNX_FRAME_VARIANTS}, got {bad[0]!r}")
+    if bc.batch != 1:
+        raise ValueError(f"onnx_frame times one row per frame; got batch={bc.batch}")
+    fg = make_frame_graph(ours)
+    info: dict = {}
+    t0 = time.perf_counter()
+    fp32 = workdir / "frame_fp32.onnx"
+    export_module(fg, fp32)
+    info["export_s"] = round(time.perf_counter() - t0, 1)
+    paths = {"fp32": fp32}
+    if "w8" in bc.onnx_frame:
+        t0 = time.perf_counter()
+        paths["w8"] = workdir / "frame_w8.onnx"
+        info["w8"] = quantize_w8(fp32, paths["w8"])
+        info["w8"]["quantize_s"] = round(time.perf_counter() - t0, 1)
+    calls = {v: OnnxGraph(p, threads=bc.threads) for v, p in paths.items()}
+    if "w8" in calls:  # greedy codes of the 8-bit graph against the fp32 graph on random inputs
+        g = torch.Generator().manual_seed(bc.seed + 2)
+        same = 0
+        for _ in range(8):
+            h = torch.randn(th.shape, generator=g).to(th.dtype)
+            same += graph_ar_frame(calls["w8"], fg, h, c0, Sampling.greedy()) == \
+                graph_ar_frame(calls["fp32"], fg, h, c0, Sampling.greedy())
+        info["w8_greedy_codes_agree"] = f"{same}/8"
+    fns = {v: (lambda c=calls[v]: graph_ar_frame(c, fg, th, c0, s, frame_gen)) for v in bc.onnx_frame}
+    for f in fns.values():
+        f()  # first call: session warm-up
+    return fns, info
