@@ -7,6 +7,9 @@ the talker states of real English sentences (seed 0 AR decoding), medians and pa
 * heads: the loop frame reading a window of head weights (gathered) against all 15 heads;
 * loop: the whole speculative frame in one call (`onnx-loop`) against round by round (`onnx`) and
   against the whole AR frame;
+* nodes: onnxruntime's own profile of the whole AR frame graph and of one round: executed nodes per
+  call, and model-run microseconds per executed node (profiling adds its own cost, so the
+  per-node figure is an upper bound);
 * threaded: host work per frame of an `onnx-loop` stream with the codec in the same thread against
   a second thread (`rvqspec.mini.bench_stream`, 2 sentences x 1 repeat).
 
@@ -31,6 +34,7 @@ from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.core.sampling import Sampling
 from rvqspec.core.tree import SparseTree
 from rvqspec.export.backends import GraphInner, make_inner
+from rvqspec.export.host import graph_ar_frame, graph_spec_frame
 from rvqspec.export.onnx import OnnxGraph, export_module
 from rvqspec.export.spec_frame import SpecFrameInner, export_spec_frame
 from rvqspec.export.talker import make_talker_steps
@@ -79,6 +83,33 @@ def paired(inners: dict, states, repeats: int) -> dict:
     return res
 
 
+def node_profile(graph, path: Path, states, spec: bool) -> dict:
+    """Executed nodes per call and model-run time per node from onnxruntime's profiler."""
+    import onnxruntime as ort
+
+    export_module(graph, path)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(path.with_suffix(""))
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    names, outs = [i.name for i in sess.get_inputs()], [o.name for o in sess.get_outputs()]
+
+    def call(feeds):
+        return dict(zip(outs, sess.run(outs, {n: feeds[n] for n in names})))
+
+    for i, (h, c0) in enumerate(states[:20]):
+        g = torch.Generator().manual_seed(i)
+        (graph_spec_frame if spec else graph_ar_frame)(call, graph, h, int(c0), Sampling(), g)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    nodes = sum(1 for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"))
+    run_us = sum(e["dur"] for e in runs)
+    return {"calls": len(runs), "nodes_per_call": round(nodes / len(runs), 1),
+            "us_per_node_upper_bound": round(run_us / nodes, 2)}
+
+
 def onnx_inner(graph, path: Path, loop: bool = False):
     if loop:
         return SpecFrameInner(graph, export_spec_frame(graph, path))
@@ -116,6 +147,13 @@ def main(argv=None) -> int:
                   "rounds": make_inner("onnx", cp, drafter, tree, workdir=d / "r"),
                   "ar_frame": make_inner("onnx", cp, workdir=d / "a")}
         out["heads_and_loop"] = paired(inners, states, args.repeats)
+        print("nodes", file=sys.stderr)
+        with wrappers.rms_form("pow"):
+            out["nodes"] = {"ar_frame": node_profile(frame_graph(cp), d / "prof_ar.onnx", states, False),
+                            "round": node_profile(spec_round_graph(cp, tree, drafter), d / "prof_round.onnx",
+                                                  states, True)}
+        out["nodes"]["round_over_ar_pass_nodes"] = round(
+            out["nodes"]["round"]["nodes_per_call"] / (out["nodes"]["ar_frame"]["nodes_per_call"] / 16), 3)
         print("threaded", file=sys.stderr)
         spec = make_inner("onnx-loop", cp, drafter, tree, workdir=d / "s")
         ar = make_inner("onnx", cp, workdir=d / "s2")

@@ -36,7 +36,7 @@ from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpecStats
 from rvqspec.core.verify import check_noise
 from rvqspec.export.host import TimedCall, _frame_inputs, _Sampler, frame_rows, sampling_feeds
-from rvqspec.export.onnx import OPSET, OnnxGraph, export_module
+from rvqspec.export.onnx import OnnxGraph, export_module
 from rvqspec.export.wrappers import ExportError, SpecRoundGraph
 
 SPEC_FRAME_FILE = "code_predictor_spec_frame.onnx"
