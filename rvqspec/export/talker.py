@@ -3,7 +3,8 @@
 Why: on the 2-core CPU box the mini talker's eager q = 1 step (8 layers x 192) costs about 6 ms, of
 which the arithmetic is a small part: 57 tiny ATen GEMVs and some 400 more small ops, each paying
 dispatcher overhead. A real-time stream needs the whole frame (talker + 15 codes + codec) inside
-about 24 ms for RTF 0.3, so the talker step runs as one onnxruntime call like the code predictor's whole-frame and whole-round graphs (`rvqspec.export.backends`).
+about 24 ms for RTF 0.3, so the talker step runs as one onnxruntime call (about 1.2 ms) like the
+code predictor's whole-frame and whole-round graphs (`rvqspec.export.backends`).
 
 `TalkerStepGraph` (the talker's weights as constants):
 
