@@ -1,8 +1,11 @@
 """The whole speculative frame in one onnxruntime call (`rvqspec.export.spec_frame`): the ONNX Loop
 over the round graph returns, for the same per-round noise, the round-by-round host loop's codes
-and acceptance, greedy and sampled, on several trees; bad noise is refused; the `onnx-loop`
-backend's stats."""
+and acceptance, greedy and sampled, on several trees; its (c1, c2) follow the exact AR law
+(chi-square, with a control that must fail); bad noise is refused; the `onnx-loop` backend's stats."""
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +21,11 @@ from rvqspec.export.onnx import OnnxGraph, export_module
 from rvqspec.export.spec_frame import SpecFrameInner, export_spec_frame
 from rvqspec.export.wrappers import ExportError, spec_round_graph
 
-from _tiny_cp import tiny_code_predictor
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_cp import randomize_drafter, tiny_code_predictor  # noqa: E402
+from test_graphs import N_FRAMES, P_FAIL, sample_c1_c2  # noqa: E402
+from test_graphs import TREES as GRAPH_TREES  # noqa: E402
+from test_spec_decoder import chi2, exact_joint_c1_c2  # noqa: E402
 
 TREES = {"chain": [(0,), (0, 0), (0, 0, 0)],
          "wide": [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]}
@@ -103,3 +110,30 @@ def test_onnx_loop_backend_reports_rounds(tmp_path):
     assert 2 * 15 / 4 <= stats.calls <= 2 * 15 and len(stats.accepted_lengths) == stats.calls - 2
     assert len(inner.call.times) == 2  # one graph call per frame
     assert np.all(np.asarray(stats.accepted_lengths) >= 0)
+
+
+@pytest.mark.slow
+def test_loop_frame_is_lossless_and_the_control_fails(tmp_path):
+    """Chi-square of (c1, c2) from the loop graph against the exact AR law (the test_graphs setting:
+    top-k 4, so drafts outside it have p = 0); the control gives every round after round 0 zero
+    noise (greedy there), which must fail."""
+    torch.set_num_threads(1)
+    cp = tiny_code_predictor(vocab=16, hidden=32, layers=2, seed=2, head_scale=3.0)
+    drafter = randomize_drafter(PositionOffsets(3, 32, 16), seed=3, scale=0.5)
+    graph = spec_round_graph(cp, GRAPH_TREES["wide"], drafter)
+    loop = SpecFrameInner(graph, export_spec_frame(graph, tmp_path / "frame.onnx"))
+    s = Sampling(temperature=1.0, top_k=4, top_p=1.0)
+    th, c0 = torch.randn(1, 1, 32, generator=torch.Generator().manual_seed(5)), 7
+    joint = exact_joint_c1_c2(cp, th, torch.tensor([[c0]]), s)
+    shape = (15, 1, graph.q, graph.V)
+    codes = sample_c1_c2(lambda g: loop.frame(th, c0, s, noise=gumbel_noise(shape, g))[0], N_FRAMES, 4)
+    pval, impossible = chi2(codes, joint)
+    assert impossible == 0 and pval >= P_FAIL, f"loop graph: p = {pval:.3g}, impossible cells {impossible}"
+
+    def first_round_only(g):
+        noise = gumbel_noise(shape, g)
+        noise[1:] = 0.0
+        return loop.frame(th, c0, s, noise=noise)[0]
+
+    pval, impossible = chi2(sample_c1_c2(first_round_only, N_FRAMES, 5), joint)
+    assert pval < P_FAIL or impossible > 0, f"the control passed: p = {pval:.3g}"
