@@ -15,7 +15,8 @@ from rvqspec.core.config import TalkerConfig
 from rvqspec.core.frame_loop import iter_frames
 from rvqspec.core.model import CodeDecoder, causal_mask
 from rvqspec.core.sampling import Sampling
-from rvqspec.export.talker import TalkerStepGraph, TalkerSteps, _module_call, make_talker_steps
+from rvqspec.export.host import module_call
+from rvqspec.export.talker import TalkerStepGraph, TalkerSteps, make_talker_steps
 from rvqspec.export.wrappers import ExportError
 from rvqspec.mini.bench_stream import FRAME_RATE
 from rvqspec.mini.pipeline import MiniTTS
@@ -57,7 +58,7 @@ def test_talker_graph_equals_the_eager_talker_step_by_step(backend, tmp_path):
     talker = tiny_talker()
     xs = torch.randn(12, 1, 1, talker.config.hidden_size, generator=torch.Generator().manual_seed(1))
     ref = eager_steps(talker, xs)
-    steps = (TalkerSteps(talker, _module_call(TalkerStepGraph(talker).eval()), "torch") if backend == "torch"
+    steps = (TalkerSteps(talker, module_call(TalkerStepGraph(talker).eval()), "torch") if backend == "torch"
              else make_talker_steps("onnx", talker, workdir=tmp_path))
     assert max_diff(steps, xs, ref) < TOL
     assert len(steps.call.times) == 12  # one graph call per step, each timed
@@ -78,13 +79,13 @@ def test_talker_graph_negative_control_a_cache_that_never_advances_differs():
             self.kpm[:] = -1e4
             return out
 
-    steps = Forgetful(talker, _module_call(TalkerStepGraph(talker).eval()), "torch")
+    steps = Forgetful(talker, module_call(TalkerStepGraph(talker).eval()), "torch")
     assert max_diff(steps, xs, ref) > 100 * TOL
 
 
 def test_talker_steps_errors(tmp_path):
     talker = tiny_talker()
-    steps = TalkerSteps(talker, _module_call(TalkerStepGraph(talker).eval()), "torch")
+    steps = TalkerSteps(talker, module_call(TalkerStepGraph(talker).eval()), "torch")
     x = torch.zeros(1, 1, talker.config.hidden_size)
     with pytest.raises(RuntimeError, match="start"):
         steps.step(x)

@@ -203,7 +203,8 @@ def spec_frame(call: Call, graph: RoundGraph, code_predictor, talker_hidden: tor
 
 # ---- the whole-frame and whole-round graphs: the host only feeds state and noise -----------------
 def module_call(graph: FrameGraph | SpecRoundGraph, fn=None) -> Call:
-    """A FrameGraph / SpecRoundGraph (or `fn`, e.g. its torch.compile form) as a numpy backend."""
+    """A FrameGraph / SpecRoundGraph (or any graph with `spec()`, e.g. the talker's `TalkerStepGraph`;
+    or `fn`, e.g. its torch.compile form) as a numpy backend."""
     spec = graph.spec()
     names, out_names = list(spec.inputs), list(spec.outputs)
     fn = graph if fn is None else fn

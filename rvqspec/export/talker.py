@@ -38,11 +38,9 @@ from torch import nn
 from rvqspec.core.model import CodeDecoder, rotate_half
 from rvqspec.export.host import TimedCall
 from rvqspec.export.onnx import OPSET, OnnxGraph
-from rvqspec.export.wrappers import MASK_VALUE, ExportError, _ln_rms, as_float32, rms_form
+from rvqspec.export.wrappers import MASK_VALUE, ExportError, GraphSpec, _ln_rms, as_float32, rms_form
 
 TALKER_FILE = "talker_step.onnx"
-INPUTS = ("inputs_embeds", "position", "key_padding_mask", "key_cache", "value_cache")
-OUTPUTS = ("hidden", "logits", "key_update", "value_update")
 
 
 class TalkerStepGraph(nn.Module):
@@ -60,6 +58,15 @@ class TalkerStepGraph(nn.Module):
         self.n_rep = c.num_attention_heads // c.num_key_value_heads  # query heads per KV head (GQA)
         self.eps = c.rms_norm_eps
         self.register_buffer("inv_freq", talker.rope.inv_freq_on("cpu").clone(), persistent=False)  # (hd/2,)
+
+    def spec(self, name: str = "talker_step") -> GraphSpec:
+        kv = ((self.L, self.n_kv, "S", self.hd), "float")  # S: the cache length, a dynamic axis
+        inputs = {"inputs_embeds": ((1, 1, self.H), "float"), "position": ((1,), "int32"),
+                  "key_padding_mask": ((1, "S"), "float"), "key_cache": kv, "value_cache": kv}
+        outputs = {"hidden": ((1, 1, self.H), "float"), "logits": ((1, 1, self.V), "float"),
+                   "key_update": ((self.L, self.n_kv, 1, self.hd), "float"),
+                   "value_update": ((self.L, self.n_kv, 1, self.hd), "float")}
+        return GraphSpec(name=name, q=1, inputs=inputs, outputs=outputs)
 
     def example_inputs(self, cache_len: int = 4) -> tuple[torch.Tensor, ...]:
         g = torch.Generator().manual_seed(0)
@@ -111,8 +118,9 @@ def export_talker_onnx(talker: CodeDecoder, path: str | Path) -> Path:
     dyn = {"key_padding_mask": {1: "S"}, "key_cache": {2: "S"}, "value_cache": {2: "S"}}
     with torch.no_grad(), warnings.catch_warnings(), rms_form("pow"):
         warnings.simplefilter("ignore")  # tracer warnings about Python ints baked as constants: intended
-        torch.onnx.export(graph, graph.example_inputs(), str(path), input_names=list(INPUTS),
-                          output_names=list(OUTPUTS), opset_version=OPSET, dynamic_axes=dyn, dynamo=False)
+        spec = graph.spec()
+        torch.onnx.export(graph, graph.example_inputs(), str(path), input_names=list(spec.inputs),
+                          output_names=list(spec.outputs), opset_version=OPSET, dynamic_axes=dyn, dynamo=False)
     return path
 
 
@@ -160,18 +168,6 @@ class TalkerSteps:
     def step(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self._one(x.detach().float().numpy())
         return torch.from_numpy(out["hidden"]), torch.from_numpy(out["logits"])
-
-
-def _module_call(graph: nn.Module):
-    """A TalkerStepGraph run eagerly as a numpy backend (the tests' reference for the ONNX one)."""
-    fn = graph
-
-    @torch.inference_mode()
-    def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        outs = fn(*[torch.from_numpy(np.asarray(feeds[k])) for k in INPUTS])
-        return {k: o.numpy() for k, o in zip(OUTPUTS, outs)}
-
-    return call
 
 
 def make_talker_steps(backend: str, talker: CodeDecoder, workdir: str | Path | None = None,

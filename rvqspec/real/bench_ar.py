@@ -106,6 +106,7 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
     cfg = cfg or CodePredictorConfig.from_name(bc.preset)
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(bc.threads)
+    workdir = Path(tempfile.mkdtemp(prefix="rvqspec-bench-ar-")) if bc.onnx_frame else None  # ONNX exports
     try:
         probe = make_bandwidth_probe(bc.bandwidth_mib)
         per_call = cfg.params_per_call()
@@ -116,7 +117,6 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
         base = _official_predictor(cfg, bc.seed) if bc.official else None
         g = torch.Generator().manual_seed(bc.seed)
         c0_table = torch.nn.Embedding(bc.c0_vocab, cfg.talker_hidden_size)  # stands in for the talker table
-        workdir = Path(tempfile.mkdtemp(prefix="rvqspec-bench-ar-"))
         for name in bc.dtypes:
             if name not in DTYPES:
                 raise ValueError(f"unknown dtype {name!r}; choose from {list(DTYPES)}")
@@ -293,10 +293,11 @@ def run_bench_ar(bc: BenchARConfig = BenchARConfig(), cfg: CodePredictorConfig |
             key = "compiled_step_over_floor" if "compiled_step_over_floor" in r else "ours_step_over_floor"
             targets[f"bfloat16: step within 3x of bandwidth floor ({key})"] = r[key] <= 3
         result["targets_met"] = targets
-        shutil.rmtree(workdir, ignore_errors=True)
         return result
     finally:
         torch.set_num_threads(prev_threads)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 ONNX_FRAME_VARIANTS = ("fp32", "w8")
