@@ -47,6 +47,13 @@ class TimedCall:
         return out
 
 
+def timed_call(inner) -> TimedCall | None:
+    """The timed graph call of a graph-backend inner loop or talker (`GraphInner`, `SpecFrameInner`,
+    `TalkerSteps`); None for the eager ones, whose passes the benches count at the decoder stack."""
+    call = getattr(inner, "call", None)
+    return call if isinstance(call, TimedCall) else None
+
+
 def torch_call(graph: RoundGraph) -> Call:
     """A RoundGraph (eager or traced) as a numpy-in, numpy-out backend."""
     spec = graph.spec("torch")

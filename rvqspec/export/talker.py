@@ -133,14 +133,14 @@ class TalkerSteps:
         c = talker.config
         self.call = call if isinstance(call, TimedCall) else TimedCall(call)  # times read by `bench stream`
         self.backend = backend
-        self.shape = (c.num_hidden_layers, c.num_key_value_heads, 0, c.head_dim)
-        self.k = self.v = None
+        self.dims = (c.num_hidden_layers, c.num_key_value_heads, c.head_dim)  # (L, n_kv, hd) of the cache
+        self.k = self.v = self.kpm = None  # set by start()
         self.length = 0
 
     def start(self, length: int) -> None:
         if length < 1:
             raise ValueError(f"talker cache length must be >= 1, got {length}")
-        L, n_kv, _, hd = self.shape
+        L, n_kv, hd = self.dims
         self.k = np.zeros((L, n_kv, length, hd), np.float32)
         self.v = np.zeros((L, n_kv, length, hd), np.float32)
         self.kpm = np.full((1, length), MASK_VALUE, np.float32)  # slots 0..length-1 hidden until filled

@@ -30,7 +30,7 @@ from rvqspec.core.sampling import Sampling
 from rvqspec.core.speculative import SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
 from rvqspec.export.backends import BACKENDS, ROUND_BACKENDS, make_inner
-from rvqspec.export.host import TimedCall
+from rvqspec.export.host import timed_call
 
 
 class _EagerTimer:
@@ -48,11 +48,6 @@ class _EagerTimer:
                 return out
 
             setattr(spec, name, timed)
-
-
-def _timed(inner) -> bool:
-    """A graph-backend inner loop whose calls are timed (GraphInner, SpecFrameInner)."""
-    return isinstance(getattr(inner, "call", None), TimedCall)
 
 
 def _median_ms(xs) -> float:
@@ -95,7 +90,7 @@ def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[t
             codes = {}
             for k in order:
                 r = runners[k]
-                calls_before = len(r.call.times) if _timed(r) else len(timers[k].times) if k in timers else 0
+                calls_before = len(r.call.times) if timed_call(r) is not None else len(timers[k].times) if k in timers else 0
                 g = torch.Generator().manual_seed(seed + i)
                 t0 = time.perf_counter()
                 out = r.generate_frame(th, c0, sampling, g)
@@ -104,7 +99,7 @@ def bench_backends(code_predictor, drafter, tree: SparseTree, frames: Sequence[t
                 if i < warmup:
                     continue
                 t_frame[k].append(dt)
-                if _timed(r):
+                if timed_call(r) is not None:
                     new = r.call.times[calls_before:]
                 elif k in timers:
                     new = timers[k].times[calls_before:]

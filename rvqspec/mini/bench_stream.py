@@ -36,8 +36,8 @@ from rvqspec.core.config import CodePredictorConfig, TalkerConfig
 from rvqspec.core.defaults import BUDGET, NUM_CODES
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, causal_mask
 from rvqspec.core.sampling import Sampling
-from rvqspec.core.speculative import SpeculativeCodePredictor
-from rvqspec.export.backends import GraphInner, TimedCall
+from rvqspec.export.backends import GraphInner
+from rvqspec.export.host import timed_call
 from rvqspec.mini.stream import StreamConfig, StreamTrace, stream_mini
 
 FRAME_RATE = 12.5  # Hz, Qwen3-TTS 12 Hz tokenizer
@@ -78,11 +78,6 @@ def _pct(xs: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs, dtype=np.float64), q))
 
 
-def _graph_calls(*objs) -> list[TimedCall]:
-    """The timed graph calls of graph-backend inner loops / talkers among `objs` (eager ones have none)."""
-    return [c for c in (getattr(o, "call", None) for o in objs) if isinstance(c, TimedCall)]
-
-
 def _sequential_passes(inner, stats) -> int:
     """Code-predictor forward passes in sequence (the seed's budget counts these): the eager decoders
     count theirs; a whole-frame AR graph call holds 15 passes, a whole-round graph call one."""
@@ -93,11 +88,16 @@ def _sequential_passes(inner, stats) -> int:
 
 def run_stream(tts, text: str, lang: str, inner, config: StreamConfig, seed: int, sampling: Sampling,
                talker_steps=None) -> dict:
-    """One stream, measured: the row `summarize` aggregates, plus its chunk timeline."""
+    """One stream, measured: the row `summarize` aggregates, plus its chunk timeline. Eager passes are
+    counted and timed at the decoder stack (`model_clock`), graph calls by their `TimedCall`."""
     tr = StreamTrace()
-    graphs = _graph_calls(inner, talker_steps)
-    before = [len(c.times) for c in graphs]
-    n_talker = len(talker_steps.call.times) if talker_steps is not None else 0
+    inner_call, talker_call = timed_call(inner), timed_call(talker_steps)
+    graphs = [c for c in (inner_call, talker_call) if c is not None]
+    before = {id(c): len(c.times) for c in graphs}
+
+    def new_calls(c) -> list[float]:
+        return [] if c is None else c.times[before[id(c)]:]
+
     with model_clock(tts.talker, tts.code_predictor) as clock:
         t0 = time.perf_counter()
         n = 0
@@ -108,20 +108,17 @@ def run_stream(tts, text: str, lang: str, inner, config: StreamConfig, seed: int
                 first = time.perf_counter() - t0
             n += len(ch.audio)
         wall = time.perf_counter() - t0
-    graph_s = sum(sum(c.times[b:]) for c, b in zip(graphs, before))
-    talker_graph_calls = len(talker_steps.call.times) - n_talker if talker_steps is not None else 0
     audio_s = n / tts.codec.config.sample_rate
     frames = tr.stats.frames
-    predictor_calls = clock["predictor_calls"] if isinstance(inner, (type(None), SpeculativeCodePredictor)) \
-        else _sequential_passes(inner, tr.stats)
+    passes = _sequential_passes(inner, tr.stats)  # the decoder's own count
     return {"text": text, "lang": lang, "frames": frames, "audio_s": audio_s, "wall_s": wall,
             "ttfa_ms": 1e3 * (first if first is not None else wall), "rtf": wall / audio_s,
-            "talker_calls": clock["talker_calls"] + talker_graph_calls, "predictor_calls": predictor_calls,
-            "predictor_calls_reported": _sequential_passes(inner, tr.stats),  # the decoder's own count, a cross-check
-            "graph_calls": sum(len(c.times) - b for c, b in zip(graphs, before)),
-            "host_ms_per_frame": 1e3 * (wall - clock["model_s"] - graph_s) / frames,
-            "tokens_per_call": tr.stats.tokens_per_call if not isinstance(inner, GraphInner) or inner.speculative
-            else 1.0,
+            "talker_calls": clock["talker_calls"] + len(new_calls(talker_call)),
+            "predictor_calls": clock["predictor_calls"] if inner_call is None else passes,
+            "predictor_calls_reported": passes,  # a cross-check of the decoder-stack count (eager)
+            "graph_calls": sum(len(new_calls(c)) for c in graphs),
+            "host_ms_per_frame": 1e3 * (wall - clock["model_s"] - sum(sum(new_calls(c)) for c in graphs)) / frames,
+            "tokens_per_call": NUM_CODES * frames / max(passes, 1),
             "timeline": [{"start_s": c.start / tts.codec.config.sample_rate,
                           "seconds": c.samples / tts.codec.config.sample_rate, "ready_s": c.ready_s,
                           "frames": c.frames} for c in tr.chunks]}
