@@ -79,6 +79,7 @@ from rvqspec.core.drafters import PositionOffsets, SharedLowRankOffsets
 from rvqspec.core.sampling import warp_tensor
 from rvqspec.core.tree import SparseTree
 from rvqspec.core.verify import AcceptTables, accept, gumbel_max
+from rvqspec.export.drafts import AcceptedDrafts, DraftExportError
 
 MASK_VALUE = -1e4  # additive "not visible" (fp16 safe; see module docstring)
 HEAD_MODES = ("window", "all")  # how a graph reaches the LM heads (module docstring, "Heads")
@@ -171,12 +172,15 @@ class RoundGraph(nn.Module):
     def __init__(self, code_predictor, tree: SparseTree | None = None, offsets: torch.Tensor | None = None,
                  cache_len: int | None = None, mask_value: float = MASK_VALUE,
                  head_stack: torch.Tensor | None = None, heads: str = "window",
-                 low_rank: tuple[torch.Tensor, torch.Tensor] | None = None):
+                 low_rank: tuple[torch.Tensor, torch.Tensor] | None = None, draft_rows: bool = True):
         super().__init__()
         c = code_predictor.config
         if heads not in HEAD_MODES:
             raise ExportError(f"heads must be one of {HEAD_MODES}, got {heads!r}")
         self.heads_mode = heads
+        # False: no drafts here; forward returns the final hidden states (and all heads' logits) so
+        # that the caller drafts from the accepted node alone (`rvqspec.export.drafts`)
+        self.draft_rows = bool(draft_rows)
         # Only the modules the graph reads are registered (tracing walks submodules, and the
         # predictor's c0-embedding property raises when unwired; the c0 lookup is host-side).
         object.__setattr__(self, "cp", code_predictor)
@@ -216,9 +220,13 @@ class RoundGraph(nn.Module):
         if head_stack is None:
             head_stack = torch.stack([m.weight.detach() for m in code_predictor.lm_head])
         self.register_buffer("head_stack", head_stack, persistent=False)
-        self.W = 2 * self.D + 1  # head window: verify depths 0..D plus lookaheads 1..D
+        # head window: verify depths 0..D plus (draft rows) lookaheads 1..D
+        self.W = 2 * self.D + 1 if self.draft_rows else self.D + 1
         self.register_buffer("window", torch.arange(self.W, dtype=torch.int32), persistent=False)  # (W,)
-        if self.D:
+        if self.D and not self.draft_rows:
+            if (offsets is not None and offsets.numel()) or low_rank is not None:
+                raise ExportError("offsets given to a round graph without draft rows")
+        elif self.D:
             off = offsets if offsets is not None else torch.zeros(self.D, c.hidden_size)
             if tuple(off.shape) != (self.D, c.hidden_size):
                 raise ExportError(f"offsets must have shape (tree depth {self.D}, H {c.hidden_size}), "
@@ -244,7 +252,7 @@ class RoundGraph(nn.Module):
             # LM heads have no bias, so LMH(h + b_j) = LMH(h) + LMH(b_j): the offsets become constant
             # logits per (j, head), computed once here in float32 (seed 000 §2.2 drafts, no matmul).
             self.register_buffer("head_ids", torch.arange(self.n_heads_out, dtype=torch.int32), persistent=False)
-            if self.D:
+            if self.D and self.draft_rows:
                 off_logits = torch.einsum("hvk,jk->jhv", head_stack.float(), self.offsets.float())  # (D, 15, V)
                 self.register_buffer("offset_logits", off_logits.to(head_stack.dtype), persistent=False)
             if self.low_rank:  # LMH(U_j z) = z^T LMH(U_j): constant (D, r, 15, V) logits per rank direction
@@ -261,7 +269,7 @@ class RoundGraph(nn.Module):
         outputs = {"logits": ((1, q, c.vocab_size), "float"),
                    "key_update": ((L, self.n_kv, q, self.hd), "float"),
                    "value_update": ((L, self.n_kv, q, self.hd), "float")}
-        if self.D:
+        if self.D and self.draft_rows:
             outputs["draft_tokens"] = ((1, q, len(self.tree)), "int32")
         return GraphSpec(name=name, q=q, inputs=inputs, outputs=outputs)
 
@@ -319,8 +327,11 @@ class RoundGraph(nn.Module):
         hid = _ln_rms(x, self.norm.weight, H, self.eps)  # (q, H)
         key_update = torch.stack(k_new)  # (L, nkv, q, hd)
         value_update = torch.stack(v_new)
+        all_logits = None
         if self.heads_mode == "all":
-            verify, drafts = self._all_heads(hid, cache_length)
+            n, V = self.n_heads_out, self.cp.config.vocab_size  # Python ints: no traced shape reads
+            all_logits = F.linear(hid, self.head_stack.flatten(0, 1)).unflatten(-1, (n, V))  # (q, 15, V)
+            verify, drafts = self._all_heads(hid, all_logits, cache_length)
         else:
             # heads of this round: window cache_length-1 .. cache_length-1+2D, clamped to 0..14
             win = (cache_length - 1 + self.window).clamp(0, self.n_heads_out - 1)  # (W,) on the graph's device
@@ -329,6 +340,8 @@ class RoundGraph(nn.Module):
         logits = verify.unsqueeze(0)  # (1, q, V)
         if not self.D:
             return logits, key_update, value_update
+        if not self.draft_rows:
+            return logits, key_update, value_update, hid, all_logits
         top = drafts.topk(self.R, dim=-1).indices  # (q, D, R)
         draft_tokens = top.flatten(1).index_select(1, self.tok_index).to(torch.int32).unsqueeze(0)  # (1, q, N)
         return logits, key_update, value_update, draft_tokens
@@ -350,7 +363,7 @@ class RoundGraph(nn.Module):
             parts, keys = [], []
             for d in range(self.D + 1):
                 j = w - d
-                if 0 <= j <= self.D:
+                if 0 <= j <= (self.D if self.draft_rows else 0):
                     lo, hi = self.spans[d]
                     parts.append(hid[lo:hi] if j == 0 else self._draft_state(hid[lo:hi], j))  # (n_d, H)
                     keys.append((d, j, hi - lo))
@@ -362,27 +375,28 @@ class RoundGraph(nn.Module):
                 pieces[(d, j)] = y[start:start + n]
                 start += n
         verify = torch.cat([pieces[(d, 0)] for d in range(self.D + 1)], 0)  # (q, V)
-        if not self.D:
+        if not self.D or not self.draft_rows:
             return verify, None
         drafts = torch.stack([torch.cat([pieces[(d, j)] for d in range(self.D + 1)], 0)
                               for j in range(1, self.D + 1)], dim=1)  # (q, D, V)
         return verify, drafts
 
 
-    def _all_heads(self, hid: torch.Tensor, cache_length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _all_heads(self, hid: torch.Tensor, all_logits: torch.Tensor,
+                   cache_length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """heads="all" (Argmax TTSKit's `all_logits` idea): every row through all 15 heads in one
-        matmul, then each row's head picked by a one-hot mask (compare + multiply + sum: no dynamic
-        gather of weight matrices, which the ANE may not run). hid (q, H) -> (q, V), (q, D, V)."""
-        n, V = self.n_heads_out, self.cp.config.vocab_size  # Python ints: no traced shape reads
+        matmul (all_logits (q, 15, V)), then each row's head picked by a one-hot mask (compare +
+        multiply + sum: no dynamic gather of weight matrices, which the ANE may not run).
+        hid (q, H) -> (q, V), (q, D, V)."""
+        n = self.n_heads_out
         dt = hid.dtype
-        all_logits = F.linear(hid, self.head_stack.flatten(0, 1)).unflatten(-1, (n, V))  # (q, 15, V)
 
         def pick(j: int) -> torch.Tensor:  # (q, 15) one-hot of head cache_length - 1 + depth + j
             head = (cache_length - 1 + self.depth + j).clamp(0, n - 1)  # (q,)
             return (head.unsqueeze(1) == self.head_ids.unsqueeze(0)).to(dt)
 
         verify = (pick(0).unsqueeze(-1) * all_logits).sum(1)  # (q, V)
-        if not self.D:
+        if not self.D or not self.draft_rows:
             return verify, None
         def draft_logits(j: int) -> torch.Tensor:  # (q, 15, V) all heads' draft logits at lookahead j
             out = all_logits + self.offset_logits[j - 1]
@@ -543,8 +557,15 @@ class SpecRoundGraph(nn.Module):
         if len(tree) == 0 or tree.paths[0] != (0,):
             raise ExportError("the round graph needs a tree containing the node (0,) (round 0 places c0 there)")
         c = code_predictor.config
-        self.round = fused_graph(code_predictor, tree, drafter, head_stack=head_stack, heads=heads)
+        self.round = RoundGraph(code_predictor, tree, head_stack=head_stack, heads=heads, draft_rows=False).eval()
         r = self.round
+        try:  # the next round's drafts from the accepted node only
+            self.drafts = AcceptedDrafts(drafter, r.head_stack, r.D, heads)
+        except DraftExportError as err:
+            raise ExportError(str(err)) from None
+        b = tree.buffers()
+        # next-round node i takes rank r_i of the depth-d_i drafts: flat index (d_i - 1) * R + r_i
+        self.register_buffer("tok_index", ((b.depth[1:] - 1) * r.R + b.rank[1:]).to(torch.int64), persistent=False)
         self.q, self.D, self.S, self.n = r.q, r.D, r.S, c.num_code_groups - 1
         self.V, self.E, self.L = c.vocab_size, c.talker_hidden_size, c.num_hidden_layers
         dt = r.head_stack.dtype
@@ -586,7 +607,7 @@ class SpecRoundGraph(nn.Module):
         root = (self.nodes == 0).unsqueeze(1)  # (q, 1)
         e = torch.where(root & first, talker_hidden.to(dt).expand(q, self.E), e)  # round 0 root: talker hidden
         kpm = torch.where(self.slots < cl, 0.0, MASK_VALUE).to(dt).unsqueeze(0)  # (1, S)
-        logits, ku, vu, drafts = r(e.unsqueeze(0), cache_length, kpm, key_cache, value_cache)
+        logits, ku, vu, hid, all_logits = r(e.unsqueeze(0), cache_length, kpm, key_cache, value_cache)
         scores = warp_tensor(logits[0], temperature, top_k, top_p_tail)  # (q, V)
         point = torch.where(self.vocab == tok[1], 0.0, float("-inf"))  # (V,) round 0: the root "samples" c0
         scores = torch.where(root & first, point.unsqueeze(0), scores)
@@ -611,7 +632,11 @@ class SpecRoundGraph(nn.Module):
         col = cols.index_select(0, _iclip(j, 0, D))  # (S,)
         next_k = torch.where(sel, ku.index_select(2, col), key_cache.to(dt))  # (L, nkv, S, hd)
         next_v = torch.where(sel, vu.index_select(2, col), value_cache.to(dt))
-        next_tokens = torch.cat([token.to(torch.int32), drafts[0].index_select(0, last).view(-1)])  # (q,)
+        # drafts of the last accepted node: position cl + a, verifier head cl - 1 + a
+        head = _iclip(cl - 1 + a, 0, n - 1)  # (1,)
+        drafts = self.drafts(hid.index_select(0, last), None if all_logits is None else all_logits.index_select(0, last)[0], head)
+        top = drafts.topk(r.R, dim=-1).indices.flatten()  # (D R,)
+        next_tokens = torch.cat([token.to(torch.int32), top.index_select(0, self.tok_index).to(torch.int32)])  # (q,)
         return (codes.to(torch.int32).unsqueeze(0), count.to(torch.int32), next_tokens.unsqueeze(0),
                 (cl + a + 1).to(torch.int32), next_k, next_v)
 
