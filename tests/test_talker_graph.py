@@ -144,8 +144,6 @@ def test_bench_stream_onnx_backend_counts_sequential_calls(tmp_path):
 
 def test_bench_stream_backend_errors_are_one_line():
     for args, word in [(["--backend", "tpu"], "--backend"),
-                       (["--backend", "onnx", "--drafter", "data/mini/drafters/medusa.safetensors", "--tree",
-                         "data/mini/trees/medusa_n4.json"], "medusa"),
                        (["--backend", "onnx", "--graph-threads", "0"], "--graph-threads")]:
         r = runner.invoke(app, ["bench", "stream", "--no-full-size", *args])
         assert r.exit_code == 2, (args, r.output)

@@ -1,12 +1,12 @@
 """The whole speculative frame as ONE onnxruntime call: the whole-round graph (`SpecRoundGraph`) as the
 body of an ONNX ``Loop`` that runs rounds until c1..c15 are out (seed 000 §2.2-2.3; issue 16, item 2).
 
-Why: onnxruntime on the 2-core CPU box pays per executed node (about 3.8 us), not per FLOP, and
-driving rounds one call at a time adds host work per round (feeds, state hand-back): 6.1 ms a frame
-against 4.0 ms with the loop in the committed streams (data/mini/bench/stream_onnx*_shared_low_rank_n4.json).
-A round of the N = 4 tree executes 466 nodes against about 261 for one AR pass
+Why: onnxruntime on the 2-core CPU box pays per executed node (about 3.4 us), not per FLOP, and
+driving rounds one call at a time adds host work per round (feeds, state hand-back; the loop frame
+takes 0.89x the time of the same rounds one call at a time, docs/measurements/streaming/graph_levers.json).
+A round of the N = 4 tree executes 429 nodes against about 261 for one AR pass
 (docs/measurements/streaming/graph_levers.json), so at about 2.1 tokens per call the round-by-round
-loop costs as much as the whole AR frame graph (16 passes in one call). The loop keeps the state in
+loop costs nearly as much as the whole AR frame graph (16 passes in one call). The loop keeps the state in
 the graph and stops as soon as 15 codes are out, so a frame executes only the rounds it needs, with
 no host work between them.
 

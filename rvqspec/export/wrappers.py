@@ -44,6 +44,10 @@ b_j come from a `PositionOffsets` drafter, baked as constants (zeros = reused he
 A `SharedLowRankOffsets` drafter (v') also bakes its rank-r maps: a draft row reads
 h + b_j + U_j (V_j^T h), two small matmuls per lookahead (heads="all": V_j^T h times the
 constant logits LMH(U_j), computed once at export).
+The whole-round graph (`SpecRoundGraph`) runs acceptance before drafting, so it drafts from the
+accepted node alone (`rvqspec.export.drafts.AcceptedDrafts`, ``draft_rows=False`` here): every
+drafter of Table 2, Medusa heads and the per-position drafters included, because one position's
+parameters are a gather by one index per call.
 
 ANE / Core ML numerics (docs/references.md, environment notes):
 * GQA by hand: the n_rep query heads of a KV head are folded into the query axis (no K/V copy);
