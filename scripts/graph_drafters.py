@@ -18,55 +18,27 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from rvqspec.core.drafters import load_drafter
-from rvqspec.core.frame_loop import iter_frames
 from rvqspec.core.jsonfile import write_json_atomic
-from rvqspec.core.sampling import Sampling
 from rvqspec.core.tree import SparseTree
 from rvqspec.export.backends import make_inner
 from rvqspec.mini.bench_stream import SENTENCES
 from rvqspec.mini.pipeline import MiniTTS
 
+# sibling script: scripts/ is on sys.path when this file runs as a script
+from graph_levers import frame_times, talker_states
+
 KINDS = ("offsets", "per_position", "low_rank", "shared_low_rank", "medusa")
 ACCEPTANCE = "data/mini/bench/acceptance.json"
 
 
-def talker_states(tts, texts) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(talker hidden, c0) of every frame of `texts`, AR decoded with seed 0."""
-    cp, states = tts.code_predictor, []
-
-    class Record:
-        def generate_frame(self, h, c0, sampling=None, generator=None):
-            states.append((h.clone(), c0.clone()))
-            return cp.generate_frame(h, c0, sampling=sampling, generator=generator)
-
-    for text in texts:
-        for _ in iter_frames(tts.talker, cp, tts.text_ids(text, "en"), tts.codebook_size, Sampling(),
-                             torch.Generator().manual_seed(0), Record()):
-            pass
-    return states
-
-
-def paired(inners: dict, states, repeats: int) -> dict:
-    """Each state decoded by every inner in a rotating order, the same seed for all; medians and the
-    median of per-frame time ratios against "ar_frame"."""
-    keys = list(inners)
-    t = {k: [] for k in keys}
-    calls = {k: 0 for k in keys}
-    work = list(enumerate(states * repeats))
-    for i, (h, c0) in tqdm(work, desc="frames", file=sys.stderr):
-        for k in keys[i % len(keys):] + keys[:i % len(keys)]:
-            g = torch.Generator().manual_seed(i)
-            t0 = time.perf_counter()
-            out = inners[k].generate_frame(h, c0, Sampling(), g)
-            t[k].append(time.perf_counter() - t0)
-            calls[k] += out[1].calls if isinstance(out, tuple) else 15
+def summary(inners: dict, states, repeats: int) -> dict:
+    """Medians and each loop's median per-frame speed-up against "ar_frame" (`frame_times`)."""
+    t, calls = frame_times(inners, states, repeats, progress=True)
     res = {}
     for k, v in t.items():
         res[k] = {"frame_ms_median": round(1e3 * statistics.median(v), 3),
@@ -101,7 +73,7 @@ def main(argv=None) -> int:
                 tree = SparseTree([tuple(p) for p in trees[kind][str(n)]])
                 print(f"export {kind} N={n}", file=sys.stderr)
                 inners[f"{kind}_n{n}"] = make_inner("onnx-loop", cp, drafter, tree, workdir=d / f"{kind}_{n}")
-        out["frames"] = paired(inners, states, args.repeats)
+        out["frames"] = summary(inners, states, args.repeats)
     write_json_atomic(args.out, out, indent=2)
     print(json.dumps(out, indent=2))
     return 0

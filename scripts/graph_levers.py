@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 import rvqspec.export.wrappers as wrappers
 from rvqspec.core.drafters import load_drafter
@@ -62,18 +63,27 @@ def talker_states(tts, texts) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return states
 
 
-def paired(inners: dict, states, repeats: int) -> dict:
-    """Each state decoded by every inner in a rotating order, the same seed for all."""
+def frame_times(inners: dict, states, repeats: int, progress: bool = False) -> tuple[dict, dict]:
+    """Each state decoded by every inner in a rotating order, the same seed (i) for all: per-frame
+    seconds {name: [s, ...]} (frame i of every list is the same state) and model calls {name: n}."""
     keys = list(inners)
     t = {k: [] for k in keys}
     calls = {k: 0 for k in keys}
-    for i, (h, c0) in enumerate(states * repeats):
+    work = list(enumerate(states * repeats))
+    for i, (h, c0) in tqdm(work, desc="frames", file=sys.stderr, disable=not progress):
         for k in keys[i % len(keys):] + keys[:i % len(keys)]:
             g = torch.Generator().manual_seed(i)
             t0 = time.perf_counter()
             out = inners[k].generate_frame(h, c0, Sampling(), g)
             t[k].append(time.perf_counter() - t0)
             calls[k] += out[1].calls if isinstance(out, tuple) else 15
+    return t, calls
+
+
+def paired(inners: dict, states, repeats: int) -> dict:
+    """`frame_times`' medians and every pair's median per-frame time ratio."""
+    keys = list(inners)
+    t, calls = frame_times(inners, states, repeats)
     res = {k: {"frame_ms_median": round(1e3 * statistics.median(v), 3),
                "tokens_per_call": round(15 * len(v) / calls[k], 4)} for k, v in t.items()}
     for a in keys:

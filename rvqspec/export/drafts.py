@@ -61,7 +61,7 @@ class AcceptedDrafts(nn.Module):
         _check(drafter, H, V, depth)
         if depth < 1:
             raise DraftExportError(f"drafts need a tree depth >= 1, got {depth}")
-        self.D, self.n, self.V, self.heads_mode = depth, n, V, heads
+        self.D, self.n, self.heads_mode = depth, n, heads
         self.medusa = type(drafter) is MedusaHeads
         dt = head_stack.dtype
         D = depth
@@ -112,7 +112,7 @@ class AcceptedDrafts(nn.Module):
             w = self.res_w.index_select(0, f)  # (D, H, H)
             x = h + F.silu(torch.matmul(w, h.view(-1, 1)).squeeze(-1) + self.res_b.index_select(0, f))  # (D, H)
             return torch.matmul(self.med_heads.index_select(0, f), x.unsqueeze(-1)).squeeze(-1)  # (D, V)
-        if all_row is not None and self.heads_mode == "all":
+        if self.heads_mode == "all":
             out = all_row.index_select(0, hidx) + self.bias_logits.index_select(0, f)  # (D, V)
             if self.low_rank:
                 z = torch.matmul(h, self.lr_down).squeeze(1)  # (D, r): V_j^T h per lookahead (h (1, H) broadcast)

@@ -227,6 +227,10 @@ class RoundGraph(nn.Module):
         # head window: verify depths 0..D plus (draft rows) lookaheads 1..D
         self.W = 2 * self.D + 1 if self.draft_rows else self.D + 1
         self.register_buffer("window", torch.arange(self.W, dtype=torch.int32), persistent=False)  # (W,)
+        if self.D:
+            # next-round node i takes rank r_i of the depth-d_i drafts: flat index (d_i - 1) * R + r_i
+            tok = (b.depth[1:] - 1) * self.R + b.rank[1:]  # (N,)
+            self.register_buffer("tok_index", tok.to(torch.int32), persistent=False)
         if self.D and not self.draft_rows:
             if (offsets is not None and offsets.numel()) or low_rank is not None:
                 raise ExportError("offsets given to a round graph without draft rows")
@@ -236,9 +240,6 @@ class RoundGraph(nn.Module):
                 raise ExportError(f"offsets must have shape (tree depth {self.D}, H {c.hidden_size}), "
                                   f"got {tuple(off.shape)}")
             self.register_buffer("offsets", off.to(head_stack.dtype).clone(), persistent=False)  # (D, H)
-            # next-round node i takes rank r_i of the depth-d_i drafts: flat index (d_i - 1) * R + r_i
-            tok = (b.depth[1:] - 1) * self.R + b.rank[1:]  # (N,)
-            self.register_buffer("tok_index", tok.to(torch.int32), persistent=False)
         elif offsets is not None and offsets.numel():
             raise ExportError("offsets given for the AR step (empty tree)")
         self.low_rank = low_rank is not None
@@ -567,9 +568,6 @@ class SpecRoundGraph(nn.Module):
             self.drafts = AcceptedDrafts(drafter, r.head_stack, r.D, heads)
         except DraftExportError as err:
             raise ExportError(str(err)) from None
-        b = tree.buffers()
-        # next-round node i takes rank r_i of the depth-d_i drafts: flat index (d_i - 1) * R + r_i
-        self.register_buffer("tok_index", ((b.depth[1:] - 1) * r.R + b.rank[1:]).to(torch.int64), persistent=False)
         self.q, self.D, self.S, self.n = r.q, r.D, r.S, c.num_code_groups - 1
         self.V, self.E, self.L = c.vocab_size, c.talker_hidden_size, c.num_hidden_layers
         dt = r.head_stack.dtype
@@ -640,7 +638,7 @@ class SpecRoundGraph(nn.Module):
         head = _iclip(cl - 1 + a, 0, n - 1)  # (1,)
         drafts = self.drafts(hid.index_select(0, last), None if all_logits is None else all_logits.index_select(0, last)[0], head)
         top = drafts.topk(r.R, dim=-1).indices.flatten()  # (D R,)
-        next_tokens = torch.cat([token.to(torch.int32), top.index_select(0, self.tok_index).to(torch.int32)])  # (q,)
+        next_tokens = torch.cat([token.to(torch.int32), top.index_select(0, r.tok_index).to(torch.int32)])  # (q,)
         return (codes.to(torch.int32).unsqueeze(0), count.to(torch.int32), next_tokens.unsqueeze(0),
                 (cl + a + 1).to(torch.int32), next_k, next_v)
 
