@@ -30,15 +30,18 @@ from torch import nn
 
 from rvqspec.core.drafters import (NUM_POSITIONS, LowRankOffsets, MedusaHeads, PerPositionOffsets, PositionOffsets,
                                    SharedLowRankOffsets)
+from rvqspec.export.errors import ExportError
 
 EXPORTABLE = (PositionOffsets, PerPositionOffsets, LowRankOffsets, SharedLowRankOffsets, MedusaHeads)
 
 
-class DraftExportError(ValueError):
+class DraftExportError(ExportError):
     """A drafter (or a tree depth) the graph cannot bake."""
 
 
-def _check(drafter, H: int, V: int, depth: int) -> None:
+def check_drafter(drafter, H: int, V: int, depth: int) -> None:
+    """Refuse a drafter no graph can bake for a predictor of width H, vocabulary V and a tree of `depth`
+    (None, the reused heads, always fits)."""
     if drafter is None:
         return
     if type(drafter) not in EXPORTABLE:
@@ -58,7 +61,7 @@ class AcceptedDrafts(nn.Module):
     def __init__(self, drafter, head_stack: torch.Tensor, depth: int, heads: str = "window"):
         super().__init__()
         n, V, H = head_stack.shape
-        _check(drafter, H, V, depth)
+        check_drafter(drafter, H, V, depth)
         if depth < 1:
             raise DraftExportError(f"drafts need a tree depth >= 1, got {depth}")
         self.D, self.n, self.heads_mode = depth, n, heads

@@ -83,14 +83,11 @@ from rvqspec.core.drafters import PositionOffsets, SharedLowRankOffsets
 from rvqspec.core.sampling import warp_tensor
 from rvqspec.core.tree import SparseTree
 from rvqspec.core.verify import AcceptTables, accept, gumbel_max
-from rvqspec.export.drafts import AcceptedDrafts, DraftExportError
+from rvqspec.export.drafts import AcceptedDrafts, check_drafter
+from rvqspec.export.errors import ExportError
 
 MASK_VALUE = -1e4  # additive "not visible" (fp16 safe; see module docstring)
 HEAD_MODES = ("window", "all")  # how a graph reaches the LM heads (module docstring, "Heads")
-
-
-class ExportError(ValueError):
-    """An export request that does not fit (tree, drafter, model); the message names the value."""
 
 
 @dataclass(frozen=True)
@@ -116,10 +113,7 @@ def offsets_from_drafter(drafter, code_predictor, depth: int) -> torch.Tensor:
     if type(drafter) not in (PositionOffsets, SharedLowRankOffsets):
         raise ExportError(f"only offsets and shared_low_rank drafters can be exported (position-independent "
                           f"constants); got kind={getattr(drafter, 'kind', type(drafter).__name__)!r}")
-    if drafter.hidden_size != H:
-        raise ExportError(f"drafter hidden_size={drafter.hidden_size} != code predictor hidden_size={H}")
-    if drafter.num_offsets < depth:
-        raise ExportError(f"tree depth {depth} exceeds the drafter's K={drafter.num_offsets}")
+    check_drafter(drafter, H, code_predictor.config.vocab_size, depth)
     return drafter.offsets.detach()[:depth].to(torch.float32).cpu().clone()  # (D, H)
 
 
@@ -564,10 +558,7 @@ class SpecRoundGraph(nn.Module):
         c = code_predictor.config
         self.round = RoundGraph(code_predictor, tree, head_stack=head_stack, heads=heads, draft_rows=False).eval()
         r = self.round
-        try:  # the next round's drafts from the accepted node only
-            self.drafts = AcceptedDrafts(drafter, r.head_stack, r.D, heads)
-        except DraftExportError as err:
-            raise ExportError(str(err)) from None
+        self.drafts = AcceptedDrafts(drafter, r.head_stack, r.D, heads)  # the next round's, from the accepted node
         self.q, self.D, self.S, self.n = r.q, r.D, r.S, c.num_code_groups - 1
         self.V, self.E, self.L = c.vocab_size, c.talker_hidden_size, c.num_hidden_layers
         dt = r.head_stack.dtype
