@@ -11,8 +11,8 @@ import torch
 from rvqspec.core.checkpoint import load_qwen3_tts
 from rvqspec.mini.talker_train import MiniModelConfig, model_config
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder, causal_mask
-from rvqspec.spade.distill import (DistillConfig, distill, distill_losses, kd_terms, save_student, skew_kl,
-                                   student_code_predictor, target_layers)
+from rvqspec.spade.distill import (DistillConfig, code_predictor_kd, distill, distill_losses, kd_terms, save_student,
+                                   skew_kl, student_code_predictor, target_layers)
 from rvqspec.spade.prune import prune_talker, select_layers
 from rvqspec.spade.trace import trace_talker
 from rvqspec.core.frame_loop import talker_inputs
@@ -187,6 +187,39 @@ def test_kd_terms_zero_for_teacher_itself():
     assert float(dyn["latent"]) > 0 and float(idx["latent"]) > 0
     assert float(idx["latent"]) != float(dyn["latent"])
     assert float(dyn["emb"]) < 1e-9
+
+
+def test_code_predictor_kd_zero_for_the_teacher_and_positive_for_a_pruned_student():
+    _, talker, cp = tiny()
+    text, codes, valid = batch()
+    T = codes.shape[1]  # a text-lead prefix precedes the T frames
+    t_final = trace_talker(talker, talker_inputs(talker, cp, text, codes)).final[:, -T:].detach()
+    g = lambda: torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        same = code_predictor_kd(cp, cp, t_final, t_final, codes, valid, 8, 0.1, g())
+    assert float(same) < 1e-8
+    student = prune_talker(talker, [0, 3])
+    s_cp = student_code_predictor(cp, student)
+    s_final = trace_talker(student, talker_inputs(student, s_cp, text, codes)).final[:, -T:]
+    term = code_predictor_kd(s_cp, cp, s_final, t_final, codes, valid, 8, 0.1, g())
+    assert float(term.detach()) > 1e-5  # a tiny random predictor's laws are near uniform: small but not 0
+    term.backward()  # the term trains the student's talker, never the frozen predictor
+    assert student.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in s_cp.parameters())
+
+
+def test_code_predictor_kd_enters_the_total_only_with_its_weight():
+    _, talker, cp = tiny()
+    text, codes, valid = batch()
+    student = prune_talker(talker, [0, 3])
+    s_cp = student_code_predictor(cp, student)
+    with torch.no_grad():
+        base = distill_losses(student, talker, s_cp, cp, [2, 3], text, codes, valid, DistillConfig(cp_frames=8),
+                              torch.Generator().manual_seed(3))
+        with_cp = distill_losses(student, talker, s_cp, cp, [2, 3], text, codes, valid,
+                                 DistillConfig(cp_frames=8, w_cp=2.0), torch.Generator().manual_seed(3))
+    assert "cp" not in base and float(with_cp["cp"]) > 0
+    torch.testing.assert_close(with_cp["kd"], base["kd"] + 2.0 * with_cp["cp"])
 
 
 def test_distillation_step_lowers_loss_on_fixed_batch():

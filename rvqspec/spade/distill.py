@@ -20,6 +20,11 @@ guidance"). The two parts:
     probability rows (summed over keys: a row sums to 1, so per-entry means would be ~1/T^2);
   - embedding = relative MSE of the talker input embeddings (the "embedding output").
   All terms average over real (non-padded) frames only.
+  An optional fifth term, `w_cp` (0 in the seed's recipe), is the Skew KL of the frozen code
+  predictor's c1..c15 laws read from the teacher's hidden state against those read from the
+  student's, teacher-forced on the same frames: a Qwen3-TTS frame's output is all 16 codes, and
+  the talker emits c1..c15 only through the state the predictor reads, so matching the teacher's
+  c0 logits alone leaves most of the frame's output undistilled.
 
 Dynamic target selection (seed 001): the student layer copied from teacher layer keep[j] is aligned
 to the teacher's last layer before the next retained layer, keep[j+1] - 1 (the last student layer
@@ -49,7 +54,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
-from rvqspec.core.frame_loop import talker_inputs
+from rvqspec.core.frame_loop import talker_inputs, teacher_forced_inner
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 from rvqspec.mini.schedule import warmup_cosine
 from rvqspec.mini.talker_train import load_split, losses_from_talker, training_batch, validation_loss
@@ -73,6 +78,7 @@ class DistillConfig:
     w_latent: float = 1.0
     w_attn: float = 1.0
     w_emb: float = 1.0
+    w_cp: float = 0.0               # code-predictor output KD (not in seed 001; module docstring)
     steps: int = 200               # minutes on one shared CPU thread at mini size
     batch_utterances: int = 8
     max_frames: int = 96            # longer utterances are cropped to a random window
@@ -162,6 +168,23 @@ def kd_terms(student: Trace, teacher: Trace, targets: Sequence[int], valid: torc
     return dict(logit=logit, latent=latent, attn=torch.stack(attn).mean(), emb=emb)
 
 
+def code_predictor_kd(student_cp: MultiCodeDecoder, teacher_cp: MultiCodeDecoder, s_final: torch.Tensor,
+                      t_final: torch.Tensor, codes: torch.Tensor, valid: torch.Tensor, cp_frames: int,
+                      alpha: float = 0.1, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Skew KL of the code predictor's c1..c15 laws, teacher state against student state, over up to
+    `cp_frames` real frames drawn with `generator`. s_final / t_final (B, T, E) are the talkers'
+    final hidden states over the T frames, codes (B, T, 16), valid (B, T)."""
+    hs, ht, fc = s_final[valid], t_final[valid].detach(), codes[valid]  # (N, E), (N, E), (N, 16)
+    if hs.shape[0] > cp_frames:
+        pick = torch.randperm(hs.shape[0], generator=generator)[:cp_frames]
+        hs, ht, fc = hs[pick], ht[pick], fc[pick]
+    heads = torch.arange(15)
+    with torch.no_grad():
+        lt = teacher_cp.lm_logits(teacher_forced_inner(teacher_cp, ht, fc), heads)  # (N, 15, V)
+    ls = student_cp.lm_logits(teacher_forced_inner(student_cp, hs, fc, differentiable=True), heads)  # (N, 15, V)
+    return skew_kl(F.log_softmax(lt.float(), -1), F.log_softmax(ls.float(), -1), alpha).mean()
+
+
 def student_code_predictor(code_predictor: MultiCodeDecoder, student: CodeDecoder) -> MultiCodeDecoder:
     """A frozen copy of the code predictor whose c0 embedding is the student's codec embedding (the
     official wiring), so the teacher's own predictor keeps reading the teacher's table."""
@@ -188,8 +211,13 @@ def distill_losses(student: CodeDecoder, teacher: CodeDecoder, student_cp: Multi
     ce_c0, ce_cp = losses_from_talker(student_cp, s_trace.final[:, L:], s_trace.logits[:, L:], codes, valid,
                                       c.cp_frames, generator)
     kd = kd_terms(s_trace, t_trace, targets, valid, c.skew_alpha)
+    if c.w_cp > 0:
+        kd["cp"] = code_predictor_kd(student_cp, teacher_cp, s_trace.final[:, L:], t_trace.final[:, L:], codes,
+                                     valid, c.cp_frames, c.skew_alpha, generator)
     sup = ce_c0 + ce_cp
     kd_total = c.w_logit * kd["logit"] + c.w_latent * kd["latent"] + c.w_attn * kd["attn"] + c.w_emb * kd["emb"]
+    if c.w_cp > 0:
+        kd_total = kd_total + c.w_cp * kd["cp"]
     total = (1.0 - c.kd_weight) * sup + c.kd_weight * kd_total
     return dict(total=total, sup=sup, ce_c0=ce_c0, ce_cp=ce_cp, kd=kd_total, **kd)
 
