@@ -108,3 +108,25 @@ def test_combined_figure_stacks_talker_and_inner_loop_and_names_slowdowns():
         assert talker.y[k] == r["talker_ms_per_frame"] and inner.y[k] == r["inner_ms_per_frame"]
         assert inner.text[k].startswith(f"{r['speedup_vs_teacher_ar']:.2f}x")
         assert ("slowdown" in inner.text[k]) == (r["speedup_vs_teacher_ar"] < 1)
+
+
+def test_spade_distill_options_reach_the_recipe(monkeypatch, tmp_path):
+    """--kd-weight / --cp-kd / --seed / --steps land in the DistillConfig that `distill` runs (the
+    distillation itself is replaced: its arithmetic is tests/test_spade.py's)."""
+    import importlib
+
+    distill_mod = importlib.import_module("rvqspec.spade.distill")  # the package re-exports a function of that name
+    seen = {}
+
+    def fake(talker, cp, keep, corpus, config):
+        seen["config"], seen["keep"] = config, keep
+        raise RuntimeError("stop after the recipe")
+
+    monkeypatch.setattr(distill_mod, "distill", fake)
+    r = CliRunner().invoke(app, ["spade", "distill", "--keep", "0,1,3,6", "--steps", "7", "--kd-weight", "0.75",
+                                 "--cp-kd", "0.5", "--seed", "3", "--out-dir", str(tmp_path / "s")])
+    assert isinstance(r.exception, RuntimeError), r.output
+    c = seen["config"]
+    assert seen["keep"] == [0, 1, 3, 6]
+    assert (c.steps, c.kd_weight, c.w_cp, c.seed) == (7, 0.75, 0.5, 3)
+    assert distill_mod.DistillConfig().w_cp == 0.0  # the seed's recipe stays the default

@@ -150,6 +150,7 @@ def distill_cmd(
     kd_weight: Optional[float] = typer.Option(None, help="DistillConfig.kd_weight (w in (1-w) sup + w kd)"),
     cp_kd: Optional[float] = typer.Option(None, help="DistillConfig.w_cp: weight of the code predictor's "
                                                      "c1..c15 KD term (0, the seed's recipe)"),
+    seed: Optional[int] = typer.Option(None, help="DistillConfig.seed (batches and frame draws)"),
     threads: Optional[int] = opt.threads(None, "torch CPU threads (default DistillConfig.threads)."),
     out: Path = opt.out_dir(RUNS / "student", "Student checkpoint folder."),
     as_json: bool = opt.as_json(),
@@ -166,7 +167,7 @@ def distill_cmd(
     m = load_qwen3_tts(teacher_dir)
     layers, how = _keep(keep, criterion, importance, depth, m.talker.config.num_hidden_layers)
     cfg = dataclasses.replace(DistillConfig(), **_overrides(targets=targets, steps=steps, lr=lr, kd_weight=kd_weight,
-                                                            w_cp=cp_kd, threads=threads))
+                                                            w_cp=cp_kd, seed=seed, threads=threads))
     res = distill(m.talker, m.code_predictor, layers, corpus or d / "corpus", cfg)
     info = dict(res.summary(), selection=how, teacher=portable_path(teacher_dir), distilled=True)
     save_student(res.student, res.code_predictor, m.config, out, teacher_dir, info)
