@@ -100,13 +100,17 @@ def test_spade_step_reads_the_committed_study_and_the_report_shows_it(tmp_path):
     best = next(r for r in committed["rows"] if r["name"] == "pruned / speculative")
     assert f"{best['speedup_vs_teacher_ar']:.2f}x" in out["_step"]["note"]
     assert out["spade"]["source"] == {"ablation": "spade/ablation.json", "combined": "spade/combined.json",
-                                      "length": "spade/length.json"}
+                                      "length": "spade/length.json", "recipe": "spade/recipe.json"}
+    recipe = json.loads((root / "data" / "spade" / "recipe.json").read_text())
+    students = [r["model"] for r in recipe["rows"] if r.get("distillation")]
+    assert students and [r["name"] for r in out["spade"]["ablation"]["rows"] if r["group"] == "recipe"] == students
     length = json.loads((root / "data" / "spade" / "length.json").read_text())
     steps = [r["name"] for r in length["rows"] if r["group"] == "steps"]
     assert steps and [r["name"] for r in out["spade"]["ablation"]["rows"] if r["group"] == "steps"] == steps
     html = render_report({"spade": out["spade"]}, tmp_path / "r").read_text()
     section = html.split("id='spade'")[1].split("</section>")[0]
     assert "fig-spade-ablation" in section and "fig-spade-combined" in section
-    assert "spade/ablation.json" in section
+    assert "spade/ablation.json" in section and "spade/recipe.json" in section
+    assert all(f"Recipe {name} (" in section for name in students)
     with pytest.raises(StepUnavailable, match="no committed SPADE result"):
         step_spade(Demo(config=DemoConfig(spade_dir=str(tmp_path / "none"))))

@@ -286,3 +286,59 @@ def test_committed_iterative_run_is_paired_against_its_teacher():
             continue
         assert r["against"] == "teacher"
         assert r == dict(r, **paired_rate_difference(rows["teacher"]["clips"], r["clips"], r["bootstrap"], 0))
+
+
+def _eval_row(model, layers, wer_diff=None, distillation=None):
+    row = dict(name=f"{model} / AR", model=model, wer=0.5, cer=0.2, n=4, params=dict(talker_layers=layers))
+    if wer_diff is not None:
+        row.update(wer_diff=wer_diff, wer_diff_ci95=[wer_diff - 0.01, wer_diff + 0.01], cer_diff=0.0,
+                   cer_diff_ci95=[-0.01, 0.01])
+    if distillation is not None:
+        row["distillation"] = distillation
+    return row
+
+
+def test_rows_from_evaluation_keeps_distilled_students_with_their_recipe():
+    from rvqspec.spade.ablation import ablation_figure, rows_from_evaluation
+
+    made = dict(keep_layers=[0, 1, 3, 6], targets=[0, 2, 5, 7], selection="explicit",
+                config=dict(targets="dynamic", kd_weight=0.75, w_cp=1.0, steps=4000, seed=1, lr=1e-3))
+    res = dict(rows=[_eval_row("teacher", 8), _eval_row("kd75", 4, 0.02, made),
+                     _eval_row("pruned", 4, 0.3)])  # an undistilled copy: no recipe, left out
+    rows = rows_from_evaluation(res)
+    assert [r["name"] for r in rows] == ["kd75"]
+    r = rows[0]
+    assert r["group"] == "recipe" and r["ratio"] == 0.5 and r["keep"] == [0, 1, 3, 6] and r["clips"] == 4
+    assert (r["recipe"]["kd_weight"], r["recipe"]["w_cp"], r["recipe"]["seed"], r["recipe"]["steps"]) == (0.75, 1.0, 1, 4000)
+    assert r["recipe"]["w_logit"] == 1.0  # a key the student's config lacks falls back to DistillConfig's
+    study = dict(teacher_layers=8, config=dict(ablation_ratio=0.5),
+                 rows=[dict(name="teacher", group="teacher", wer=0.5, cer=0.2)] + rows)
+    wer, _ = ablation_figure(study).data
+    assert list(wer.y) == ["kd75"] and wer.x[0] == pytest.approx(2.0)
+
+
+def test_distillation_of_reads_a_students_spade_json(tmp_path):
+    from rvqspec.spade.evaluate import distillation_of
+
+    assert distillation_of(tmp_path) is None  # the teacher: no spade.json
+    (tmp_path / "spade.json").write_text(json.dumps(dict(keep_layers=[0, 3], distilled=False)))
+    assert distillation_of(tmp_path) is None  # `spade prune`: a copy, not distilled
+    (tmp_path / "spade.json").write_text(json.dumps(dict(keep_layers=[0, 3], distilled=True, steps=5,
+                                                         config=dict(kd_weight=0.5), history=[1, 2])))
+    assert distillation_of(tmp_path) == dict(keep_layers=[0, 3], steps=5, config=dict(kd_weight=0.5))
+
+
+def test_committed_recipe_run_is_paired_against_its_teacher():
+    """data/spade/recipe.json (`spade evaluate --against teacher`): the 50% students of other
+    distillation recipes, each row's interval recomputable from its clips, its recipe recorded."""
+    from rvqspec.spade.ablation import rows_from_evaluation
+
+    res = json.loads((COMMITTED.parent / "recipe.json").read_text())
+    rows = {r["model"]: r for r in res["rows"]}
+    assert "teacher" in rows and "wer_diff" not in rows["teacher"]
+    students = [r for name, r in rows.items() if name != "teacher"]
+    assert students
+    for r in students:
+        assert r["against"] == "teacher" and r["distillation"]["keep_layers"] == [0, 1, 3, 6]
+        assert r == dict(r, **paired_rate_difference(rows["teacher"]["clips"], r["clips"], r["bootstrap"], 0))
+    assert [x["name"] for x in rows_from_evaluation(res)] == [r["model"] for r in students]

@@ -255,6 +255,27 @@ def _ci(row: dict, m: str) -> str:
     return f"{100 * row[f'{m}_diff']:+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}]"
 
 
+def rows_from_evaluation(result: dict, group: str = "recipe") -> list[dict]:
+    """The distilled students of a `spade evaluate --against` result as study rows (the fields
+    `markdown`, `ablation_figure` and the report read), in `group`; their recipe comes from each
+    student's spade.json (`evaluate.distillation_of`). Rows without a paired difference or without a
+    recipe (the teacher, an undistilled copy) are left out."""
+    rows = [r for r in result["rows"] if r.get("distillation") and "wer_diff" in r]
+    most = max((r["params"]["talker_layers"] for r in result["rows"]), default=1)
+    out = []
+    for r in rows:
+        d, c = r["distillation"], r["distillation"].get("config", {})
+        layers = r["params"]["talker_layers"]
+        out.append(dict(name=r["model"], group=group, ratio=layers / most, layers=layers, keep=d["keep_layers"],
+                        selection=d.get("selection", "-"), distilled=True, targets=d.get("targets"),
+                        recipe={k: c.get(k, v) for k, v in asdict(DistillConfig()).items()
+                                if k in ("targets", "kd_weight", "w_logit", "w_latent", "w_attn", "w_emb", "w_cp",
+                                         "steps", "lr", "seed")},
+                        wer=r["wer"], cer=r["cer"], clips=r["n"],
+                        **{k: r[k] for k in ("wer_diff", "wer_diff_ci95", "cer_diff", "cer_diff_ci95")}))
+    return out
+
+
 def markdown(result: dict) -> str:
     """The ratio table and the ablation table (differences to the teacher in points, paired 95% CI)."""
     e = result["eval"]
@@ -295,9 +316,10 @@ def markdown(result: dict) -> str:
 def ablation_figure(result: dict) -> go.Figure:
     """The study at a glance: per variant, the WER and CER difference to the teacher (points) with
     the paired 95% interval as error bars, variants grouped as in the tables (ratios, distillation
-    length, ablations); a dashed line at +2 WER points (the issue's parity margin)."""
-    rows = [r for g in ("ratio", "steps", "ablation") for r in result["rows"] if r["group"] == g]
+    length, other recipes (`rows_from_evaluation`), ablations); a dashed line at +2 WER points (the issue's parity margin)."""
+    rows = [r for g in ("ratio", "steps", "recipe", "ablation") for r in result["rows"] if r["group"] == g]
     names = [r["name"] for r in rows]
+    color = {"ratio": "#1f77b4", "steps": "#2ca02c", "recipe": "#9467bd"}
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=("WER - teacher (points)", "CER - teacher (points)"))
     for col, m in ((1, "wer"), (2, "cer")):
@@ -306,8 +328,7 @@ def ablation_figure(result: dict) -> go.Figure:
         hi = [100 * (r[f"{m}_diff_ci95"][1] - r[f"{m}_diff"]) for r in rows]
         fig.add_scatter(x=x, y=names, mode="markers", name=m.upper(), row=1, col=col,
                         error_x=dict(type="data", symmetric=False, array=hi, arrayminus=lo),
-                        marker=dict(color=["#1f77b4" if r["group"] == "ratio" else "#2ca02c" if r["group"] == "steps"
-                                           else "#d62728" for r in rows]),
+                        marker=dict(color=[color.get(r["group"], "#d62728") for r in rows]),
                         hovertext=[f"{r['layers']} layers {r['keep']}, {r['selection']}" for r in rows])
         fig.add_vline(x=0, line=dict(color="grey", width=1), row=1, col=col)
     fig.add_vline(x=2, line=dict(color="black", dash="dash", width=1), row=1, col=1)
@@ -317,6 +338,6 @@ def ablation_figure(result: dict) -> go.Figure:
                       title=dict(font=dict(size=14),
                                  text=f"SPADE variants against the {result['teacher_layers']}-layer teacher (WER "
                                       f"{100 * t['wer']:.1f}%, CER {100 * t['cer']:.1f}%), paired 95% CI<br><sup>blue: "
-                                      f"ratios, green: longer distillation, red: ablations at "
+                                      f"ratios, green: longer distillation, purple: other recipes, red: ablations at "
                                       f"{100 * result['config']['ablation_ratio']:g}%; dashed: +2 WER points</sup>"))
     return fig

@@ -218,6 +218,21 @@ def timing_benchmark(pipelines: dict, texts: Sequence[str], language: str = "en"
     return out
 
 
+# what a row keeps of a student's spade.json (written by `save_student`): how it was made
+DISTILLATION_KEYS = ("keep_layers", "targets", "selection", "steps", "seconds", "config", "validation_before",
+                     "validation_after")
+
+
+def distillation_of(model_dir: str | Path) -> dict | None:
+    """The recipe of a distilled student (its spade.json, `DISTILLATION_KEYS`), None for a model
+    that is not one (the teacher) or whose spade.json says it was not distilled."""
+    f = Path(model_dir) / "spade.json"
+    if not f.is_file():
+        return None
+    info = json.loads(f.read_text())
+    return {k: info[k] for k in DISTILLATION_KEYS if k in info} if info.get("distilled") else None
+
+
 def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recognizer_dir: str | Path | None,
                     config: EvalConfig = EvalConfig(), spec: Sequence[str] = (), drafter: str | Path | None = None,
                     tree: str | Path | None = None, data_dir: str | Path | None = None,
@@ -237,6 +252,9 @@ def evaluate_models(models: dict[str, str | Path], corpus_dir: str | Path, recog
         tts = MiniTTS.load(data_dir, model_dir=model_dir)
         pipelines[f"{name} / AR"] = (tts, None)
         meta[f"{name} / AR"] = dict(model=name, model_dir=portable_path(model_dir), inner="AR")
+        made = distillation_of(model_dir)
+        if made is not None:
+            meta[f"{name} / AR"]["distillation"] = made
         if name in spec:
             inner, inner_desc = load_inner(tts.code_predictor, drafter, tree)
             pipelines[f"{name} / speculative"] = (tts, inner)

@@ -48,6 +48,7 @@ from rvqspec.measure.lossless import LosslessConfig, lossless_report
 from rvqspec.measure.train_drafter import DrafterTrainConfig, evaluate_loss, train_drafter
 from rvqspec.mini.bench_stream import SENTENCES, bench_stream
 from rvqspec.mini.pipeline import default_data_dir, intelligibility
+from rvqspec.spade.ablation import rows_from_evaluation
 from rvqspec.workbench.listening import make_pairs, wav_bytes
 from rvqspec.workbench.report import render_report
 
@@ -561,6 +562,7 @@ def step_lossless(d: Demo) -> dict:
 
 SPADE_FILES = {"ablation": "ablation.json", "combined": "combined.json"}
 SPADE_LENGTH = "length.json"  # optional: the 50% student distilled for longer (`spade ablate --sweep-steps`)
+SPADE_RECIPE = "recipe.json"  # optional: other recipes' students against the teacher (`spade evaluate --against`)
 
 
 def step_spade(d: Demo) -> dict:
@@ -583,6 +585,10 @@ def step_spade(d: Demo) -> dict:
         rows += [{k: r[k] for k in keep if k in r} for r in json.loads(length.read_text())["rows"]
                  if r["group"] == "steps"]
         source["length"] = f"{folder.name}/{SPADE_LENGTH}"
+    recipe = folder / SPADE_RECIPE
+    if recipe.is_file():  # students of other recipes, paired against their own run's teacher pass
+        rows += rows_from_evaluation(json.loads(recipe.read_text()))
+        source["recipe"] = f"{folder.name}/{SPADE_RECIPE}"
     spade = {"ablation": dict(teacher_layers=ab["teacher_layers"], eval=ab["eval"],
                               config=dict(ablation_ratio=ab["config"]["ablation_ratio"],
                                           bootstrap=ab["config"]["bootstrap"]), rows=rows),

@@ -557,6 +557,12 @@ def _spade_section(spade: dict) -> str:
                     f"the same layers cost {100 * longest['wer_diff']:+.1f} WER points "
                     f"[{100 * longest['wer_diff_ci95'][0]:+.1f}, {100 * longest['wer_diff_ci95'][1]:+.1f}] and "
                     f"{100 * longest['cer_diff']:+.1f} CER points.")
+    for rec in (r for r in ab["rows"] if r["group"] == "recipe"):
+        c = rec["recipe"]
+        text.append(f"Recipe {rec['name']} ({rec['layers']} layers {rec['keep']}; kd weight {c['kd_weight']:g}, "
+                    f"code-predictor KD {c.get('w_cp', 0):g}, {c['steps']} steps, seed {c.get('seed', 0)}): "
+                    f"{100 * rec['wer_diff']:+.1f} WER points [{100 * rec['wer_diff_ci95'][0]:+.1f}, "
+                    f"{100 * rec['wer_diff_ci95'][1]:+.1f}] and {100 * rec['cer_diff']:+.1f} CER points.")
     if best is not None:
         r = best["speedup_vs_teacher_ar"]
         text.append(f"Pruned talker with the speculative code predictor: {r:.2f}x the speed of the teacher with AR "
