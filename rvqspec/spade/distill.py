@@ -211,12 +211,11 @@ def distill_losses(student: CodeDecoder, teacher: CodeDecoder, student_cp: Multi
     ce_c0, ce_cp = losses_from_talker(student_cp, s_trace.final[:, L:], s_trace.logits[:, L:], codes, valid,
                                       c.cp_frames, generator)
     kd = kd_terms(s_trace, t_trace, targets, valid, c.skew_alpha)
-    if c.w_cp > 0:
-        kd["cp"] = code_predictor_kd(student_cp, teacher_cp, s_trace.final[:, L:], t_trace.final[:, L:], codes,
-                                     valid, c.cp_frames, c.skew_alpha, generator)
     sup = ce_c0 + ce_cp
     kd_total = c.w_logit * kd["logit"] + c.w_latent * kd["latent"] + c.w_attn * kd["attn"] + c.w_emb * kd["emb"]
     if c.w_cp > 0:
+        kd["cp"] = code_predictor_kd(student_cp, teacher_cp, s_trace.final[:, L:], t_trace.final[:, L:], codes,
+                                     valid, c.cp_frames, c.skew_alpha, generator)
         kd_total = kd_total + c.w_cp * kd["cp"]
     total = (1.0 - c.kd_weight) * sup + c.kd_weight * kd_total
     return dict(total=total, sup=sup, ce_c0=ce_c0, ce_cp=ce_cp, kd=kd_total, **kd)
