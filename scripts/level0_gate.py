@@ -24,6 +24,12 @@ count model's cross-entropy given the phoneme token.
 Model half: a mini model in the committed layout trained `--steps` on the arm's codes, then
 `scripts/diagnose_intelligibility.py`'s decompositions through the arm's codec.
 
+The codebook size (`--codebook-size`, default the committed codec's 256) is the same at every level, as
+in the real tokenizer (2,048 per level). A second pre-registration covers it: a size arm is
+supported if its free-running CER is at least 5 points below the lda 64 / 256-code model's 28.8%
+(docs/measurements/intelligibility/level0_lda64.json) with resynthesis at most 2 points above that
+arm's 3.0%; falsified otherwise.
+
 Written before the run. The codec half is falsified if c0_shuffle's CER is not at least 10 points
 below the baseline arm's or resynthesis costs more than 2 points over the baseline's. The model half
 is falsified if tf_c0_true's or free-running CER is not at least 10 points below the
@@ -36,6 +42,7 @@ drew its fitting frames with a permutation even when all of them fit: a rerun re
 not those exact codebooks.
 
 usage: python scripts/level0_gate.py --lda 32 --codec-only --out runs/gates/level0_lda32_codec.json
+       python scripts/level0_gate.py --lda 64 --codebook-size 1024 --steps 1500 --out docs/measurements/intelligibility/codebook_1024.json
        python scripts/level0_gate.py --lda 32 --steps 1500 --out docs/measurements/intelligibility/level0_lda32.json
 """
 from __future__ import annotations
@@ -127,6 +134,7 @@ def codec_half(corpus: Path, codec: RVQCodec, vocab: int, n: int) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lda", type=int, required=True, help="discriminant directions for level 0 (0: the baseline)")
+    ap.add_argument("--codebook-size", type=int, default=None, help="codes per level (default: the committed codec's)")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--codec-only", action="store_true")
     ap.add_argument("--sentences", type=int, default=20)
@@ -136,7 +144,9 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.time()
-    work = args.work / f"level0_lda{args.lda}"
+    base = RVQCodec.load(default_data_dir() / "codec").config
+    size = args.codebook_size or int(base.codebook_size)
+    work = args.work / (f"level0_lda{args.lda}" + ("" if size == base.codebook_size else f"_k{size}"))
     log = lambda m: print(f"[level0 lda{args.lda} {time.time() - t0:6.0f}s] {m}", flush=True)
     tok_path = args.gate / "phoneme_tokenizer.json"
     corpus = work / "corpus"
@@ -146,18 +156,17 @@ def main(argv=None) -> dict:
         audios = [np.asarray(a, dtype=np.float32) for a in tr["audio"]]
         labels = [np.asarray(p, dtype=np.int64) for p in dd["model_train"]["phoneme_frames"]]
         g = torch.Generator().manual_seed(0)
-        base = RVQCodec.load(default_data_dir() / "codec").config
-        l0 = RVQCodec(dataclasses.replace(base, level0_lda=args.lda)).fit(audios, g, labels=labels)
+        l0 = RVQCodec(dataclasses.replace(base, level0_lda=args.lda, codebook_size=size)).fit(audios, g, labels=labels)
         log("codec fitted")
         rows = rows_from_corpus(dd, with_audio=True)
         for r in rows:
-            r["codes"] = l0.encode(r["audio"]).numpy().astype(np.uint8)
+            r["codes"] = l0.encode(r["audio"]).numpy().astype(np.uint8 if size <= 256 else np.int16)
         l0.save(work / "codec")
         save_corpus(rows, corpus, with_audio=False, codebook_size=int(l0.config.codebook_size))
     log("codes ready")
     codec = RVQCodec.load(work / "codec")
     vocab = PhonemeTokenizer.load(tok_path).vocab_size
-    result = dict(lda=args.lda, codec_half=codec_half(corpus, codec, vocab, args.sentences))
+    result = dict(lda=args.lda, codebook_size=size, codec_half=codec_half(corpus, codec, vocab, args.sentences))
     log(f"codec half {result['codec_half']['variants']}")
     if not args.codec_only:
         mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps)
@@ -174,7 +183,10 @@ def main(argv=None) -> dict:
                   command="python scripts/level0_gate.py " + " ".join(argv or sys.argv[1:]),
                   falsified_if=("codec half: c0_shuffle CER not >= 10 points below the lda 0 arm's, or resynthesis "
                                 "> 2 points above it; model half: tf_c0_true or free CER not >= 10 points below "
-                                "the timing gate's points = 2 model (37.0 / 48.0)"))
+                                "the timing gate's points = 2 model (37.0 / 48.0)"
+                                + ("" if size == base.codebook_size else
+                                   "; codebook size arm: free CER not >= 5 points below the lda 64 / 256-code model's "
+                                   "28.8, or resynthesis > 2 points above its 3.0")))
     write_json_atomic(args.out, result)
     return result
 

@@ -1,0 +1,49 @@
+"""Codebooks larger than 256 (the real tokenizer's 2,048 per level; scripts/level0_gate.py
+--codebook-size): the corpus stores their codes as int16 and gives them back exactly, and a codec
+fitted with such a size emits codes above 255."""
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from rvqspec.mini.codec import CodecConfig, RVQCodec
+from rvqspec.mini.corpus import _codes_type, load_corpus, save_corpus
+
+
+def rows(codebook_size: int, rng: np.random.Generator) -> list[dict]:
+    out = []
+    for i in range(3):
+        t = int(rng.integers(2, 6))
+        out.append(dict(id=f"u{i}", text="a b", language="en", split="eval", duration=0.08 * t,
+                        phoneme_frames=rng.integers(1, 9, size=t).astype(np.int32),
+                        codes=rng.integers(0, codebook_size, size=(t, 16)).astype(np.int64)))  # (T, 16)
+    return out
+
+
+@pytest.mark.parametrize("size,dtype", [(256, pa.uint8()), (257, pa.int16()), (2048, pa.int16())])
+def test_the_code_type_holds_every_code(size, dtype):
+    assert _codes_type(size) == dtype
+
+
+def test_codes_above_255_come_back_exactly(tmp_path):
+    rng = np.random.default_rng(0)
+    want = rows(2048, rng)
+    want[0]["codes"][0, :] = 2047  # the largest code, which uint8 would wrap
+    save_corpus(want, tmp_path / "c", with_audio=False, codebook_size=2048)
+    got = load_corpus(tmp_path / "c", need_codes=True)["eval"]
+    assert len(got) == len(want)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(np.asarray(g["codes"], dtype=np.int64), w["codes"])
+    assert max(int(np.asarray(g["codes"]).max()) for g in got) == 2047
+
+
+def test_a_codec_with_more_than_256_codes_uses_codes_above_255():
+    rng = np.random.default_rng(1)
+    audios = [(0.1 * rng.standard_normal(1280 * 200)).astype(np.float32) * rng.uniform(0.01, 1.0)
+              for _ in range(8)]  # 1,600 frames of noise at eight levels
+    cfg = CodecConfig(codebook_size=300, num_codebooks=2, kmeans_iters=3, kmeans_init_sample=1600,
+                      griffin_lim_iters=2, rate_lambda=0.0)
+    codec = RVQCodec(cfg).fit(audios, torch.Generator().manual_seed(0), progress=False)
+    codes = torch.cat([codec.encode(a) for a in audios])  # (1600, 2)
+    assert codes.shape == (1600, 2)
+    assert int(codes.max()) > 255 and int(codes.max()) < 300
