@@ -15,6 +15,10 @@ The same harness measures the corpus size (`--corpus-model-train 6000 --work run
 more sentences per phoneme-token cell at equal steps (docs/design.md, "Where free-running speech
 loses its intelligibility").
 
+`--codec` takes another fitted codec instead of the committed one (the codebook-size gate's, docs/design.md
+"The real tokenizer's codebook size"): with 2,048 codes c0 nearly names the sound, and where in the
+frame a boundary falls may be what the talker's c0 lacks.
+
 usage: python scripts/token_timing_gate.py --points 4 --steps 1500 --out runs/gates/timing_p4.json
 """
 from __future__ import annotations
@@ -51,6 +55,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--corpus-model-train", type=int, default=2000)
     ap.add_argument("--sentences", type=int, default=20)
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "gates")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help=f"diagnose variants (any of {', '.join(diagnose_intelligibility.VARIANTS)})")
+    ap.add_argument("--codec", type=Path, default=None, help="fitted codec dir (default: the committed data/mini/codec)")
     ap.add_argument("--falsified-if", default="points = 4 lowers the tf_c0_true CER by less than 5 points against points = 2",
                     help="the criterion written before the run (another use of the same harness states its own)")
     ap.add_argument("--out", type=Path, required=True)
@@ -65,20 +72,23 @@ def main(argv=None) -> dict:
     if not (work / "corpus_audio" / "dataset_dict.json").is_file():
         build_corpus(work / "corpus_audio", work / "corpus_text", tok, ccfg, progress=False)
     log("corpus ready")
-    codec_dir = default_data_dir() / "codec"
-    codec = load_codec(codec_dir)
+    codec = load_codec(args.codec or default_data_dir() / "codec")
+    codec_dir = work / "codec"  # fit_codec saves the encoding codec beside the corpus
     corpus = work / "corpus"
-    if not (corpus / "dataset_dict.json").is_file():  # the committed codec encodes the gate corpus
+    if not (corpus / "dataset_dict.json").is_file():  # the given codec encodes the gate corpus
         fit_codec(codec.config, work / "corpus_audio", work, log, fitted=codec)
     log("codes ready")
     mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps)
     metrics = train_mini_model(corpus, codec_dir, work / "model", config=mcfg, tokenizer_path=tok)
     log(f"model trained {metrics}")
-    diag = diagnose_intelligibility.main(str(work / "model"), args.sentences, None, VARIANTS, "eval", str(corpus))
-    probe = predictor_cell_probe.main(["--model", str(work / "model"), "--corpus", str(corpus),
+    diag = diagnose_intelligibility.main(str(work / "model"), args.sentences, None, tuple(args.variants.split(",")),
+                                         "eval", str(corpus),
+                                         codec_dir=str(codec_dir))
+    probe = predictor_cell_probe.main(["--model", str(work / "model"), "--corpus", str(corpus), "--codec", str(codec_dir),
                                        "--sentences", str(args.sentences), "--out", str(work / "cell_probe.json")])
     vocab = PhonemeTokenizer.load(tok).vocab_size
-    result = dict(points=args.points, steps=args.steps, corpus_model_train=args.corpus_model_train, vocab=vocab,
+    result = dict(points=args.points, steps=args.steps, codec=str(args.codec or "data/mini/codec"),
+                  corpus_model_train=args.corpus_model_train, vocab=vocab,
                   train_metrics=metrics, variants=diag["variants"], seconds=round(time.time() - t0),
                   cell_probe={k: probe[k] for k in ("coverage", "mass_in_support", "support_size", "variants")},
                   command="python scripts/token_timing_gate.py " + " ".join(argv or sys.argv[1:]),
