@@ -136,6 +136,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--lda", type=int, required=True, help="discriminant directions for level 0 (0: the baseline)")
     ap.add_argument("--codebook-size", type=int, default=None, help="codes per level (default: the committed codec's)")
     ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--text-lead", type=int, default=MiniModelConfig.text_lead,
+                    help="frames the talker's text leads its audio (a model-half arm on the same codes)")
     ap.add_argument("--codec-only", action="store_true")
     ap.add_argument("--sentences", type=int, default=20)
     ap.add_argument("--gate", type=Path, default=GATE, help="the timing gate's --points 2 work dir")
@@ -171,15 +173,16 @@ def main(argv=None) -> dict:
     result = dict(lda=args.lda, codebook_size=size, codec_half=codec_half(corpus, codec, vocab, args.sentences))
     log(f"codec half {result['codec_half']['variants']}")
     if not args.codec_only:
-        mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps)
-        metrics = train_mini_model(corpus, work / "codec", work / "model", config=mcfg, tokenizer_path=tok_path)
+        mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, text_lead=args.text_lead)
+        model = work / ("model" if args.text_lead == MiniModelConfig.text_lead else f"model_lead{args.text_lead}")
+        metrics = train_mini_model(corpus, work / "codec", model, config=mcfg, tokenizer_path=tok_path)
         log(f"model trained {metrics}")
-        diag = diagnose_intelligibility.main(str(work / "model"), args.sentences, None, VARIANTS, "eval", str(corpus),
+        diag = diagnose_intelligibility.main(str(model), args.sentences, None, VARIANTS, "eval", str(corpus),
                                              codec_dir=str(work / "codec"))
-        probe = predictor_cell_probe.main(["--model", str(work / "model"), "--corpus", str(corpus), "--codec",
+        probe = predictor_cell_probe.main(["--model", str(model), "--corpus", str(corpus), "--codec",
                                            str(work / "codec"), "--sentences", str(args.sentences),
                                            "--out", str(work / "cell_probe.json")])
-        result.update(steps=args.steps, train_metrics=metrics, variants=diag["variants"],
+        result.update(steps=args.steps, text_lead=args.text_lead, train_metrics=metrics, variants=diag["variants"],
                       cell_probe={k: probe[k] for k in ("coverage", "mass_in_support", "support_size", "variants")})
     result.update(seconds=round(time.time() - t0), sentences=args.sentences,
                   command="python scripts/level0_gate.py " + " ".join(argv or sys.argv[1:]),
