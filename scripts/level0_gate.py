@@ -30,6 +30,10 @@ supported if its free-running CER is at least 5 points below the lda 64 / 256-co
 (docs/measurements/intelligibility/level0_lda64.json) with resynthesis at most 2 points above that
 arm's 3.0%; falsified otherwise.
 
+Model-half arms on the same codes: `--text-lead n` (how far ahead the talker reads) and
+`--text-parts` (the text embedding trained as quarter-frame phoneme parts, rvqspec.mini.text_parts);
+each writes its own model folder and states its criterion with `--falsified-if`.
+
 Written before the run. The codec half is falsified if c0_shuffle's CER is not at least 10 points
 below the baseline arm's or resynthesis costs more than 2 points over the baseline's. The model half
 is falsified if tf_c0_true's or free-running CER is not at least 10 points below the
@@ -58,7 +62,7 @@ import torch
 
 from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.mini.codec import RVQCodec
-from rvqspec.mini.corpus import load_corpus, rows_from_corpus, save_corpus
+from rvqspec.mini.corpus import load_corpus
 from rvqspec.mini.phonemes import PhonemeTokenizer
 from rvqspec.mini.pipeline import default_data_dir
 from rvqspec.mini.recognizer import intelligibility_score
@@ -68,7 +72,7 @@ from rvqspec.real.asr import load_recognizer
 # sibling scripts: scripts/ is on sys.path when this file runs as a script
 import diagnose_intelligibility
 import predictor_cell_probe
-from mini_gate import codec_statistics
+from mini_gate import codec_statistics, fit_codec
 
 REPO = Path(__file__).resolve().parents[1]
 GATE = REPO / "runs" / "gates" / "timing_p2"  # scripts/token_timing_gate.py --points 2
@@ -138,6 +142,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--text-lead", type=int, default=MiniModelConfig.text_lead,
                     help="frames the talker's text leads its audio (a model-half arm on the same codes)")
+    ap.add_argument("--text-parts", action="store_true",
+                    help="train the text embedding as a sum of quarter-frame phoneme parts (MiniModelConfig.text_parts)")
     ap.add_argument("--codec-only", action="store_true")
     ap.add_argument("--sentences", type=int, default=20)
     ap.add_argument("--gate", type=Path, default=GATE, help="the timing gate's --points 2 work dir")
@@ -162,19 +168,18 @@ def main(argv=None) -> dict:
         g = torch.Generator().manual_seed(0)
         l0 = RVQCodec(dataclasses.replace(base, level0_lda=args.lda, codebook_size=size)).fit(audios, g, labels=labels)
         log("codec fitted")
-        rows = rows_from_corpus(dd, with_audio=True)
-        for r in rows:
-            r["codes"] = l0.encode(r["audio"]).numpy().astype(np.uint8 if size <= 256 else np.int16)
-        l0.save(work / "codec")
-        save_corpus(rows, corpus, with_audio=False, codebook_size=int(l0.config.codebook_size))
+        del dd, tr, audios
+        fit_codec(l0.config, args.gate / "corpus_audio", work, log, fitted=l0)  # encode, save codec and corpus
     log("codes ready")
     codec = RVQCodec.load(work / "codec")
     vocab = PhonemeTokenizer.load(tok_path).vocab_size
     result = dict(lda=args.lda, codebook_size=size, codec_half=codec_half(corpus, codec, vocab, args.sentences))
     log(f"codec half {result['codec_half']['variants']}")
     if not args.codec_only:
-        mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, text_lead=args.text_lead)
-        model = work / ("model" if args.text_lead == MiniModelConfig.text_lead else f"model_lead{args.text_lead}")
+        mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, text_lead=args.text_lead,
+                                   text_parts=args.text_parts)
+        model = work / ("model" + ("" if args.text_lead == MiniModelConfig.text_lead else f"_lead{args.text_lead}")
+                        + ("_parts" if args.text_parts else ""))
         metrics = train_mini_model(corpus, work / "codec", model, config=mcfg, tokenizer_path=tok_path)
         log(f"model trained {metrics}")
         diag = diagnose_intelligibility.main(str(model), args.sentences, None, VARIANTS, "eval", str(corpus),
@@ -182,7 +187,7 @@ def main(argv=None) -> dict:
         probe = predictor_cell_probe.main(["--model", str(model), "--corpus", str(corpus), "--codec",
                                            str(work / "codec"), "--sentences", str(args.sentences),
                                            "--out", str(work / "cell_probe.json")])
-        result.update(steps=args.steps, text_lead=args.text_lead, train_metrics=metrics, variants=diag["variants"],
+        result.update(steps=args.steps, text_lead=args.text_lead, text_parts=args.text_parts, train_metrics=metrics, variants=diag["variants"],
                       cell_probe={k: probe[k] for k in ("coverage", "mass_in_support", "support_size", "variants")})
     result.update(seconds=round(time.time() - t0), sentences=args.sentences,
                   command="python scripts/level0_gate.py " + " ".join(argv or sys.argv[1:]),

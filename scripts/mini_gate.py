@@ -65,7 +65,7 @@ from rvqspec.measure.extract import ExtractConfig, ShardDataset, extract
 from rvqspec.measure.metrics import score
 from rvqspec.measure.train_drafter import DrafterTrainConfig, train_drafter
 from rvqspec.mini.codec import CodecConfig, RVQCodec
-from rvqspec.mini.corpus import build_corpus, load_corpus, rows_from_corpus, save_corpus
+from rvqspec.mini.corpus import build_corpus, codes_dtype, load_corpus, rows_from_corpus, save_corpus
 from rvqspec.mini.learned_codec import LearnedCodec, LearnedCodecConfig, load_codec
 from rvqspec.mini.phonemes import PhonemeTokenizer
 from rvqspec.mini.recognizer import load_recognizer
@@ -121,7 +121,7 @@ def fit_codec(codec_cfg, audio_corpus: Path, out: Path, log, fitted=None):
     log(f"codec fit {time.time() - t0:.0f} s on {len(fit)} clips")
     rows = rows_from_corpus(dd, with_audio=True)
     for r in rows:
-        r["codes"] = codec.encode(r["audio"]).numpy().astype(np.uint8 if codec_cfg.codebook_size <= 256 else np.int16)
+        r["codes"] = codec.encode(r["audio"]).numpy().astype(codes_dtype(codec_cfg.codebook_size))
     codec.save(out / "codec")
     save_corpus(rows, out / "corpus", with_audio=False, codebook_size=codec_cfg.codebook_size)
     return codec, out / "corpus"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rvqspec.mini.codec import CodecConfig, RVQCodec
-from rvqspec.mini.corpus import _codes_type, load_corpus, save_corpus
+from rvqspec.mini.corpus import _codes_type, codes_dtype, load_corpus, save_corpus
 
 
 def rows(codebook_size: int, rng: np.random.Generator) -> list[dict]:
@@ -23,6 +23,9 @@ def rows(codebook_size: int, rng: np.random.Generator) -> list[dict]:
 @pytest.mark.parametrize("size,dtype", [(256, pa.uint8()), (257, pa.int16()), (2048, pa.int16())])
 def test_the_code_type_holds_every_code(size, dtype):
     assert _codes_type(size) == dtype
+    # the numpy type every encoder casts to is the stored one, and it holds the largest code exactly
+    assert pa.from_numpy_dtype(codes_dtype(size)) == dtype
+    assert int(np.asarray([size - 1]).astype(codes_dtype(size))[0]) == size - 1
 
 
 def test_codes_above_255_come_back_exactly(tmp_path):

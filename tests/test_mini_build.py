@@ -320,3 +320,32 @@ def test_refining_a_saved_model_keeps_its_talker_and_records_the_steps(toy, tmp_
     assert bad.exit_code == 2
     assert bad.output.strip().splitlines() == [f"error: --model: {tmp_path / 'nope' / 'mini_model.json'} does not exist"]
     assert not (tmp_path / "r3").exists()
+
+
+def test_text_parts_training_saves_the_official_layout_with_a_parts_table(toy, tmp_path):
+    """MiniModelConfig.text_parts: the saved checkpoint has the same tensors as a plain one, and its
+    text table is (to float precision) a sum of quarter parts, which a plain table is not."""
+    from dataclasses import replace
+
+    import rvqspec.mini.talker_train as tt
+    from rvqspec.core.checkpoint import load_qwen3_tts
+    from rvqspec.mini.text_parts import part_index
+
+    paths, _ = toy
+    cfg = replace(tt.MiniModelConfig.toy(), steps=3)
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "plain", config=cfg, tokenizer_path=paths.tokenizer)
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "parts", config=replace(cfg, text_parts=True),
+                        tokenizer_path=paths.tokenizer)
+    plain, parts = load_qwen3_tts(tmp_path / "plain"), load_qwen3_tts(tmp_path / "parts")
+    sp, sq = plain.talker.state_dict(), parts.talker.state_dict()
+    assert {k: v.shape for k, v in sp.items()} == {k: v.shape for k, v in sq.items()}
+    idx, _ = part_index(PhonemeTokenizer.load(paths.tokenizer).tokens)
+    a = torch.zeros(idx.shape[0], int(idx.max()) + 1, dtype=torch.float64).scatter_(1, idx, 1.0)  # (V, 4P)
+
+    def off_span(w: torch.Tensor) -> float:  # share of the table outside the parts' span
+        fit = a @ torch.linalg.lstsq(a, w, driver="gelsd").solution  # a is rank-deficient: SVD-based
+        return float((w - fit).norm() / w.norm())
+
+    assert off_span(sq["model.text_embedding.weight"].to(torch.float64)) < 1e-5
+    assert off_span(sp["model.text_embedding.weight"].to(torch.float64)) > 1e-2  # negative control
+    assert json.loads((tmp_path / "parts" / "mini_model.json").read_text())["config"]["text_parts"] is True

@@ -88,8 +88,14 @@ def _list_array(arrays: Sequence[np.ndarray], pa_type, chunk_rows: int = 256):
     return cls.from_arrays(pa.array(offsets), inner)
 
 
+def codes_dtype(codebook_size: int) -> np.dtype:
+    """The stored type of a corpus's codes: one byte while every code fits in it, else int16
+    (the real tokenizer's 2,048 codes per level)."""
+    return np.dtype(np.uint8 if codebook_size <= 256 else np.int16)
+
+
 def _codes_type(codebook_size: int):
-    return pa.uint8() if codebook_size <= 256 else pa.int16()
+    return pa.from_numpy_dtype(codes_dtype(codebook_size))
 
 
 def _split_table(rows: list[dict], with_audio: bool, codebook_size: int | None):
@@ -224,7 +230,7 @@ def add_codes(runs_corpus: str | os.PathLike, data_corpus: str | os.PathLike,
         if codes.shape[0] != len(r["phoneme_frames"]):
             raise CorpusError(f"{r['id']}: codec gave {codes.shape[0]} frames, phoneme_frames has "
                               f"{len(r['phoneme_frames'])}")
-        r["codes"] = codes.astype(np.uint8 if codebook_size <= 256 else np.int16)
+        r["codes"] = codes.astype(codes_dtype(codebook_size))
     del dd  # release the memory-mapped files before replacing the directory
     save_corpus(rows, runs_corpus, with_audio=True, codebook_size=codebook_size)
     save_corpus(rows, data_corpus, with_audio=False, codebook_size=codebook_size)

@@ -31,6 +31,7 @@ from rvqspec.mini.learned_codec import load_codec
 from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 from rvqspec.mini.predictor_refine import refine_code_predictor, talker_states
 from rvqspec.mini.schedule import warmup_cosine
+from rvqspec.mini.text_parts import factorize, materialize
 
 NUM_SPECIAL_CODEC_TOKENS = 8  # pad, bos, eos, think, nothink, think_bos, think_eos, spare
 
@@ -71,6 +72,10 @@ class MiniModelConfig:
     # spectrum of a frame depends on the phoneme that follows, which a talker reading one token
     # per frame would otherwise only see after the frame.
     text_lead: int = 2
+    # Train the text-embedding table as a sum of quarter-frame phoneme parts
+    # (rvqspec.mini.text_parts): a rare pair token borrows from its phonemes' frames. The saved
+    # table is the plain (V, D) one. False: one free row per token (the v3 world's recipe).
+    text_parts: bool = False
     # corpus splits the model trains on: `model_train` (all six languages) and, by default, `train`
     # (English): the drafters' teacher-forced split. A real TTS model has usually heard its offset
     # training audio too (seed 000 trains offsets on VoxPopuli); calibration, validation and eval
@@ -230,6 +235,8 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
         init = load_qwen3_tts(init_dir)
         talker.load_state_dict(init.talker.state_dict())
         cp.load_state_dict(init.code_predictor.state_dict())
+    if cfg.text_parts:
+        factorize(talker.model.text_embedding, tokenizer.tokens, g)
     params = list(talker.parameters()) + list(cp.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup_steps, cfg.steps))
@@ -253,6 +260,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
         if step % 20 == 0:
             bar.set_postfix(c0=f"{l0.item():.3f}", cp=f"{lc.item():.3f}")
     talker.eval(), cp.eval()
+    materialize(talker.model.text_embedding)
     refined = {}
     if cfg.cp_refine_steps:
         refined = _refine_on_frozen_talker(talker, cp, texts, codes, cfg.cp_refine_steps, cfg, g)
