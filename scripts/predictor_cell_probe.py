@@ -15,6 +15,9 @@ per dimension of the codec's quantized (standardized) space against the true cod
   cp_levels_in_support  drawn from the predictor's law restricted to the support (renormalized;
                      the unrestricted law where the top-k law has no mass there or the cell is new)
   count_table        drawn from the support's own code counts (no network)
+The talker's c0 gets the same three measures (`talker_c0`), its cell being the phoneme token alone:
+how often the true c0 is one the token's training frames used, and how much of the talker's law (true
+history, the deployed top-k 50 / T 0.9) lies on such c0s.
 
 usage: python scripts/predictor_cell_probe.py [--model DIR] [--corpus DIR] [--codec DIR] [--sentences 20] --out JSON
 """
@@ -47,6 +50,15 @@ def english(corpus, split: str, n: int | None = None) -> list[tuple[np.ndarray, 
             for r in ds]
 
 
+def token_c0_counts(rows, vocab: int) -> dict:
+    """token -> (vocab,) counts of c0 over the rows' frames."""
+    tabs = defaultdict(lambda: np.zeros(vocab))
+    for t, c, _ in rows:
+        for i in range(len(t)):
+            tabs[int(t[i])][c[i, 0]] += 1
+    return dict(tabs)
+
+
 def cell_counts(rows, vocab: int) -> dict:
     """(token, c0) -> (15, vocab) counts of c1..c15 over the rows' frames."""
     tabs = defaultdict(lambda: np.zeros((15, vocab)))
@@ -70,7 +82,9 @@ def main(argv=None) -> dict:
     tts = MiniTTS.load(data, model_dir=args.model, codec_dir=args.codec)
     corpus = load_corpus(args.corpus or data / "corpus")
     V = int(tts.codebook_size)
-    tabs = cell_counts(english(corpus, "model_train") + english(corpus, "train"), V)
+    seen = english(corpus, "model_train") + english(corpus, "train")
+    tabs, c0_tabs = cell_counts(seen, V), token_c0_counts(seen, V)
+    c0_cover, c0_mass, c0_size = [], [], []
     rec = load_recognizer(str(data / "recognizer"))
     sampling = Sampling()
     cover, mass, size = (defaultdict(list) for _ in range(3))
@@ -79,7 +93,15 @@ def main(argv=None) -> dict:
     for n, (t, c, text) in enumerate(tqdm(english(corpus, "eval", args.sentences), desc="probe")):
         g = torch.Generator().manual_seed(n)
         ct = torch.from_numpy(c)  # (T, 16)
-        h, _ = teacher_forced_talker(tts.talker, tts.code_predictor, torch.from_numpy(t).view(1, -1), ct.view(1, -1, 16))
+        h, c0_logits = teacher_forced_talker(tts.talker, tts.code_predictor, torch.from_numpy(t).view(1, -1),
+                                             ct.view(1, -1, 16))
+        p0 = probs(c0_logits[0, :, :V], sampling)  # (T, V): the talker's c0 law over the codebook
+        for i in range(len(t)):
+            tab0 = c0_tabs.get(int(t[i]))
+            if tab0 is not None:
+                c0_cover.append(float(tab0[c[i, 0]] > 0))
+                c0_mass.append(float(p0[i][torch.from_numpy(tab0 > 0)].sum()))
+                c0_size.append(float((tab0 > 0).sum()))
         p = probs(tts.code_predictor.lm_logits(teacher_forced_inner(tts.code_predictor, h[0], ct), torch.arange(15)),
                   sampling)  # (T, 15, V)
         support = torch.ones_like(p)  # (T, 15, V): a cell never seen keeps every code
@@ -116,11 +138,13 @@ def main(argv=None) -> dict:
     result = dict(model=str(args.model or "data/mini/model"), corpus=str(args.corpus or "data/mini/corpus"),
                   sentences=args.sentences, eval_frames=frames, frames_without_cell=missing,
                   coverage=per_level(cover), mass_in_support=per_level(mass), support_size=per_level(size),
+                  talker_c0=dict(coverage=round(float(np.mean(c0_cover)), 4), mass_in_support=round(float(np.mean(c0_mass)), 4),
+                                 support_size=round(float(np.mean(c0_size)), 1), frames=len(c0_cover)),
                   variants=variants, sampling="top-k 50, T = 0.9 (rvqspec.core.sampling.Sampling)",
                   command="python scripts/predictor_cell_probe.py " + " ".join(argv or sys.argv[1:]))
     write_json_atomic(args.out, result, indent=2)
     print({k: round(v["cer"], 3) for k, v in variants.items()}, "mass c1..c3", result["mass_in_support"][:3],
-          "coverage c1..c3", result["coverage"][:3])
+          "coverage c1..c3", result["coverage"][:3], "talker c0", result["talker_c0"])
     return result
 
 

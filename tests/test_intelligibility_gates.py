@@ -65,6 +65,8 @@ def test_cell_counts_count_codes_per_token_and_c0():
     assert tabs[(7, 1)][0, 4] == 2 and tabs[(7, 1)][0].sum() == 2
     assert tabs[(7, 2)][0, 5] == 1
     assert tabs[(7, 1)][1, 0] == 2  # c2 = 0 in both frames
+    c0 = probe.token_c0_counts(rows + [(np.array([9]), c[:1], "y")], 8)
+    assert set(c0) == {7, 9} and list(c0[7][:3]) == [0, 2, 1] and c0[9][1] == 1 and c0[9].sum() == 1
 
 
 @pytest.mark.parametrize("arm", ["base", "token", "dropout"])
