@@ -311,6 +311,13 @@ def test_rows_from_evaluation_keeps_distilled_students_with_their_recipe():
     assert r["group"] == "recipe" and r["ratio"] == 0.5 and r["keep"] == [0, 1, 3, 6] and r["clips"] == 4
     assert (r["recipe"]["kd_weight"], r["recipe"]["w_cp"], r["recipe"]["seed"], r["recipe"]["steps"]) == (0.75, 1.0, 1, 4000)
     assert r["recipe"]["w_logit"] == 1.0  # a key the student's config lacks falls back to DistillConfig's
+    # the same recipe as a study row of the plan (`run_study`) names for that DistillConfig
+    from dataclasses import asdict, replace
+
+    from rvqspec.spade.ablation import RECIPE_FIELDS, recipe_of
+    from rvqspec.spade.distill import DistillConfig
+    plan = recipe_of(asdict(replace(DistillConfig(), kd_weight=0.75, w_cp=1.0, steps=4000, seed=1, lr=1e-3)))
+    assert r["recipe"] == plan and tuple(plan) == RECIPE_FIELDS
     study = dict(teacher_layers=8, config=dict(ablation_ratio=0.5),
                  rows=[dict(name="teacher", group="teacher", wer=0.5, cer=0.2)] + rows)
     wer, _ = ablation_figure(study).data

@@ -46,6 +46,8 @@ from rvqspec.spade.importance import ImportanceConfig, heldout_texts, layer_impo
 
 RATIOS = (0.75, 0.5, 0.375)     # shares of the teacher's layers kept (the issue's three; seed 001 uses 0.5)
 TERMS = ("logit", "latent", "attn", "emb")  # the KD terms of `distill.kd_terms`, each removable
+# the DistillConfig fields that name a student's recipe in a study row (`recipe_of`)
+RECIPE_FIELDS = ("targets", "kd_weight", *(f"w_{t}" for t in TERMS), "w_cp", "steps", "lr", "seed")
 
 
 def keep_count(num_layers: int, ratio: float) -> int:
@@ -226,8 +228,7 @@ def run_ablation(data_dir: str | Path | None = None, runs_dir: str | Path = "run
                    params=r["params"]["total"], talker_layer_params=r["params"]["talker_layer_params"])
         if v["distill"] is not None:
             d = v["distill"]
-            row["recipe"] = dict(targets=d.targets, kd_weight=d.kd_weight,
-                                 **{f"w_{t}": getattr(d, f"w_{t}") for t in TERMS}, steps=d.steps)
+            row["recipe"] = recipe_of(asdict(d))
             frames = (s.get("metrics") or {}).get("frames")
             if frames is not None:
                 row["data"] = data_share(frames, teacher_data)
@@ -255,6 +256,13 @@ def _ci(row: dict, m: str) -> str:
     return f"{100 * row[f'{m}_diff']:+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}]"
 
 
+def recipe_of(config: dict) -> dict:
+    """A study row's `recipe`: the RECIPE_FIELDS of a distillation config (as `asdict` or a student's
+    spade.json gives it), DistillConfig's default where a field is missing."""
+    default = asdict(DistillConfig())
+    return {k: config.get(k, default[k]) for k in RECIPE_FIELDS}
+
+
 def rows_from_evaluation(result: dict, group: str = "recipe") -> list[dict]:
     """The distilled students of a `spade evaluate --against` result as study rows (the fields
     `markdown`, `ablation_figure` and the report read), in `group`; their recipe comes from each
@@ -268,9 +276,7 @@ def rows_from_evaluation(result: dict, group: str = "recipe") -> list[dict]:
         layers = r["params"]["talker_layers"]
         out.append(dict(name=r["model"], group=group, ratio=layers / most, layers=layers, keep=d["keep_layers"],
                         selection=d.get("selection", "-"), distilled=True, targets=d.get("targets"),
-                        recipe={k: c.get(k, v) for k, v in asdict(DistillConfig()).items()
-                                if k in ("targets", "kd_weight", "w_logit", "w_latent", "w_attn", "w_emb", "w_cp",
-                                         "steps", "lr", "seed")},
+                        recipe=recipe_of(c),
                         wer=r["wer"], cer=r["cer"], clips=r["n"],
                         **{k: r[k] for k in ("wer_diff", "wer_diff_ci95", "cer_diff", "cer_diff_ci95")}))
     return out
