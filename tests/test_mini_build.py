@@ -349,3 +349,42 @@ def test_text_parts_training_saves_the_official_layout_with_a_parts_table(toy, t
     assert off_span(sq["model.text_embedding.weight"].to(torch.float64)) < 1e-5
     assert off_span(sp["model.text_embedding.weight"].to(torch.float64)) > 1e-2  # negative control
     assert json.loads((tmp_path / "parts" / "mini_model.json").read_text())["config"]["text_parts"] is True
+
+
+def test_build_options_carry_the_next_worlds_levers(tmp_path):
+    """`mini build --points 4 --codebook-size N --text-parts` reaches the tokenizer, the codec and the
+    model (each artifact records it); without the flags every config keeps its own default; a bad
+    --points is one line and exit 2 before anything is written."""
+    from typer.testing import CliRunner
+
+    import rvqspec.mini.talker_train as tt
+    from rvqspec.cli import app
+    from rvqspec.mini.codec import CodecConfig
+    from rvqspec.mini.text import CorpusConfig
+
+    plain = BuildConfig(toy=True)
+    assert plain.corpus_config() == CorpusConfig.toy()
+    assert plain.codec_config().codebook_size == CodecConfig.toy().codebook_size
+    assert plain.model_config(tt.MiniModelConfig) == tt.MiniModelConfig.toy()
+    with pytest.raises(ValueError, match="tokenizer points must be one of"):
+        BuildConfig(tokenizer_points=3)
+
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    res = CliRunner().invoke(app, ["mini", "build", "--toy", "--points", "4", "--codebook-size", "24", "--text-parts",
+                                   "--steps", "corpus,codec,model", "--out-dir", str(data), "--runs", str(runs)])
+    assert res.exit_code == 0, res.output
+    assert PhonemeTokenizer.load(data / "phoneme_tokenizer.json").points == 4
+    assert RVQCodec.load(data / "codec").config.codebook_size == 24
+    saved = json.loads((data / "model" / "mini_model.json").read_text())["config"]
+    assert saved["text_parts"] is True
+    steps = json.loads((data / "manifest.json").read_text())["steps"]
+    assert steps["corpus"]["config"]["corpus"]["tokenizer_points"] == 4
+    assert steps["codec"]["config"]["codec"]["codebook_size"] == 24
+    assert steps["model"]["config"]["text_parts"] is True
+    assert verify_artifacts(data)["steps"]["codec"]["config"]["codec"]["codebook_size"] == 24  # raises if not
+
+    bad = CliRunner().invoke(app, ["mini", "build", "--toy", "--points", "3", "--out-dir", str(tmp_path / "b"),
+                                   "--runs", str(tmp_path / "br")])
+    assert bad.exit_code == 2
+    assert bad.stderr.strip().splitlines() == ["error: tokenizer points must be one of (2, 4), got 3"]
+    assert not (tmp_path / "b").exists() and not (tmp_path / "br").exists()

@@ -30,6 +30,14 @@ def build_command(
                                         help="Model step: train the code predictor alone this many steps on the "
                                              "frozen talker's states after the joint training (default: "
                                              "MiniModelConfig's, 0)."),
+    codebook_size: int = typer.Option(None, "--codebook-size", min=2,
+                                      help="Codec step: codes per level (default: CodecConfig's, 256)."),
+    points: int = typer.Option(None, "--points",
+                               help="Corpus step: phonemes per frame in the talker's tokens, 2 (pairs) or 4 "
+                                    "(quarter-resolved) (default: CorpusConfig's, 2)."),
+    text_parts: bool = typer.Option(None, "--text-parts/--text-table",
+                                    help="Model step: train the text table as quarter-frame phoneme parts, or "
+                                         "one free row per token (default: MiniModelConfig's, the table)."),
 ) -> None:
     """Build the mini world's artifacts and record them in <out>/manifest.json."""
     from rvqspec.mini.build import BuildConfig, BuildError, build, parse_steps
@@ -38,7 +46,8 @@ def build_command(
     try:
         cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec,
                           **({} if level0_lda is None else {"level0_lda": level0_lda}),
-                          **({} if cp_refine_steps is None else {"cp_refine_steps": cp_refine_steps}))
+                          **({} if cp_refine_steps is None else {"cp_refine_steps": cp_refine_steps}),
+                          codebook_size=codebook_size, tokenizer_points=points, text_parts=text_parts)
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
     except (BuildError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -34,6 +34,7 @@ from rvqspec.mini.codec import CONFIG_FILE as CODEC_CONFIG_FILE
 from rvqspec.mini.codec import CodecConfig, RVQCodec, codec_quality
 from rvqspec.mini.corpus import add_codes, build_corpus, load_corpus
 from rvqspec.mini.paths import MANIFEST_FILE, MiniPaths
+from rvqspec.mini.phonemes import POINTS
 from rvqspec.mini.text import CorpusConfig
 
 STEPS = ("corpus", "codec", "recognizer", "model")
@@ -69,13 +70,38 @@ class BuildConfig:
     # model step: code-predictor steps on the frozen talker after the joint training
     # (MiniModelConfig.cp_refine_steps; docs/design.md, "A code predictor trained for more epochs")
     cp_refine_steps: int | None = None  # None: the model config's own
+    # the next world's levers, off by default until data/mini is rebuilt with them (docs/design.md,
+    # "The talker's text table as phoneme parts"): codes per level (CodecConfig.codebook_size),
+    # phonemes per frame in the talker's tokens (CorpusConfig.tokenizer_points) and the text table
+    # trained as quarter-frame parts (MiniModelConfig.text_parts); None keeps each config's own
+    codebook_size: int | None = None
+    tokenizer_points: int | None = None
+    text_parts: bool | None = None
+
+    def __post_init__(self):
+        if self.tokenizer_points is not None and self.tokenizer_points not in POINTS:
+            raise ValueError(f"tokenizer points must be one of {POINTS}, got {self.tokenizer_points!r}")
 
     def corpus_config(self):
-        return CorpusConfig.toy() if self.toy else CorpusConfig()
+        config = CorpusConfig.toy() if self.toy else CorpusConfig()
+        if self.tokenizer_points is not None:
+            config = dataclasses.replace(config, tokenizer_points=self.tokenizer_points)
+        return config
 
     def codec_config(self):
         config = CodecConfig.toy() if self.toy else CodecConfig()
-        return dataclasses.replace(config, level0_lda=self.level0_lda)
+        config = dataclasses.replace(config, level0_lda=self.level0_lda)
+        if self.codebook_size is not None:
+            config = dataclasses.replace(config, codebook_size=self.codebook_size)
+        return config
+
+    def model_config(self, config_cls):
+        config = config_cls.toy() if self.toy else config_cls()
+        if self.cp_refine_steps is not None:
+            config = dataclasses.replace(config, cp_refine_steps=self.cp_refine_steps)
+        if self.text_parts is not None:
+            config = dataclasses.replace(config, text_parts=self.text_parts)
+        return config
 
 
 def _jsonable(obj):
@@ -206,9 +232,7 @@ def step_recognizer(paths: MiniPaths, cfg: BuildConfig) -> dict:
 def step_model(paths: MiniPaths, cfg: BuildConfig) -> dict:
     train_mini_model = _import_step("rvqspec.mini.talker_train", "train_mini_model")
     config_cls = _import_step("rvqspec.mini.talker_train", "MiniModelConfig")
-    config = config_cls.toy() if cfg.toy else config_cls()
-    if cfg.cp_refine_steps is not None:
-        config = dataclasses.replace(config, cp_refine_steps=cfg.cp_refine_steps)
+    config = cfg.model_config(config_cls)
     result = train_mini_model(paths.corpus, paths.codec, paths.model, config=config)  # config decides toy
     # the whole recipe, as the other steps record theirs (the model's mini_model.json holds the same)
     return {"config": _jsonable(config), "result": _jsonable(result) if result is not None else None}
