@@ -82,6 +82,36 @@ def refine_command(
                f"after {metrics['cp_refine_steps']} refinement steps")
 
 
+_CAST_DTYPES = ("bfloat16", "float16", "float32")
+
+
+@mini_app.command("cast")
+def cast_command(
+    model: Path = opt.model(DEFAULT_DATA_DIR / "model", "Checkpoint folder to copy (not overwritten)."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help=f"Stored dtype of the copy: {', '.join(_CAST_DTYPES)}."),
+    out: Path = opt.out_dir(..., "Folder for the copy (written whole, then renamed)."),
+) -> None:
+    """Copy a checkpoint with its weights stored in another dtype (bfloat16 halves data/; the
+    loaders cast back to float32)."""
+    import torch
+
+    from rvqspec.core.checkpoint import CheckpointError, cast_checkpoint
+
+    if dtype not in _CAST_DTYPES:
+        typer.echo(f"error: --dtype {dtype!r} is not one of {', '.join(_CAST_DTYPES)}", err=True)
+        raise typer.Exit(2)
+    if not (model / "config.json").is_file():
+        typer.echo(f"error: --model: {model / 'config.json'} does not exist", err=True)
+        raise typer.Exit(2)
+    try:
+        cast_checkpoint(model, out, getattr(torch, dtype))
+    except CheckpointError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    typer.echo(f"wrote {out}: {size / 1e6:.1f} MB, weights in {dtype}")
+
+
 @mini_app.command("verify")
 def verify_command(
     data: Path = typer.Option(DEFAULT_DATA_DIR, "--data", help="Directory with manifest.json."),

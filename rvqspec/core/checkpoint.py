@@ -22,6 +22,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from rvqspec.core.config import ConfigError, Qwen3TTSConfig
+from rvqspec.core.jsonfile import atomic_dir
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 
 TALKER_PREFIX = "talker."
@@ -259,6 +260,25 @@ def save_qwen3_tts(model: Qwen3TTS, path: str | os.PathLike) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    return dst
+
+
+def cast_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, dtype: torch.dtype) -> Path:
+    """Copy checkpoint folder `src` to `dst` with the talker's and code predictor's tensors stored in
+    `dtype` and config.json's "dtype" to match (the official Qwen3-TTS checkpoints ship bfloat16; the
+    loader casts to the dtype it is asked for). The folder's other plain files (tokenizer, mini
+    recipe) are copied unchanged; `dst` is written whole, then renamed. Raises CheckpointError."""
+    src, dst = Path(src), Path(dst)
+    if src.resolve() == dst.resolve():
+        raise CheckpointError(f"{dst}: the cast copy must not replace its source")
+    model = load_qwen3_tts(src, dtype=dtype)  # checks the layout and every shape first
+    if any(f.name.startswith(WEIGHTS_NAME.split(".")[0] + "-") for f in src.iterdir()):
+        raise CheckpointError(f"{src}: sharded weights are not cast here (a mini checkpoint is one file)")
+    with atomic_dir(dst) as tmp:
+        for f in src.iterdir():
+            if f.is_file() and f.name not in (WEIGHTS_NAME, CONFIG_NAME, INDEX_NAME):
+                shutil.copy2(f, tmp / f.name)
+        save_qwen3_tts(model, tmp)
     return dst
 
 

@@ -1,0 +1,66 @@
+"""`rvqspec.core.checkpoint.cast_checkpoint` / `rvqspec mini cast`: a checkpoint copy with its weights
+stored in bfloat16 (data/'s budget for a 1,024-code world, docs/design.md "The next world built at
+full scale") holds exactly the rounded tensors, under the same names, beside unchanged other files."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from typer.testing import CliRunner
+
+from rvqspec.cli import app
+from rvqspec.core.checkpoint import CheckpointError, cast_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "data" / "mini" / "model"
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    with safe_open(str(path / "model.safetensors"), framework="pt") as h:
+        return {k: h.get_tensor(k) for k in h.keys()}
+
+
+@pytest.fixture(scope="module")
+def cast(tmp_path_factory):
+    if not (MODEL / "config.json").is_file():
+        pytest.skip("data/mini/model is not built (run: rvqspec mini build)")
+    out = tmp_path_factory.mktemp("cast") / "bf16"
+    res = CliRunner().invoke(app, ["mini", "cast", "--model", str(MODEL), "--out-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_cast_holds_the_rounded_tensors_under_the_same_names(cast):
+    src, dst = _tensors(MODEL), _tensors(cast)
+    assert src.keys() == dst.keys()
+    assert all(v.dtype == torch.bfloat16 for v in dst.values())
+    for k, v in src.items():
+        assert torch.equal(dst[k], v.to(torch.bfloat16)), k
+    # negative control: the float32 weights are not bf16-representable, so the copy does round
+    assert any(not torch.equal(v.to(torch.bfloat16).float(), v.float()) for v in src.values())
+    w_src, w_dst = (p / "model.safetensors" for p in (MODEL, cast))
+    assert w_dst.stat().st_size < 0.55 * w_src.stat().st_size
+    assert json.loads((cast / "config.json").read_text())["dtype"] == "bfloat16"
+    for f in MODEL.iterdir():  # tokenizer, recipe: byte for byte
+        if f.name not in ("model.safetensors", "config.json"):
+            assert (cast / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+def test_cast_loads_as_float32_and_rejects_bad_targets(cast, tmp_path):
+    from rvqspec.core.checkpoint import load_qwen3_tts
+
+    m = load_qwen3_tts(cast)  # the loader's default dtype
+    assert next(m.talker.parameters()).dtype == torch.float32
+    with pytest.raises(CheckpointError, match="must not replace its source"):
+        cast_checkpoint(cast, cast, torch.bfloat16)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text((cast / "config.json").read_text())
+    with pytest.raises(CheckpointError):
+        cast_checkpoint(empty, tmp_path / "out", torch.bfloat16)
+    assert not (tmp_path / "out").exists()  # nothing half-written
+    bad = CliRunner().invoke(app, ["mini", "cast", "--model", str(cast), "--dtype", "int8",
+                                   "--out-dir", str(tmp_path / "x")])
+    assert bad.exit_code == 2
+    assert bad.stderr.strip().splitlines() == ["error: --dtype 'int8' is not one of bfloat16, float16, float32"]
