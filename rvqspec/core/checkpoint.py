@@ -271,9 +271,9 @@ def cast_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, dtype: torch
     src, dst = Path(src), Path(dst)
     if src.resolve() == dst.resolve():
         raise CheckpointError(f"{dst}: the cast copy must not replace its source")
-    model = load_qwen3_tts(src, dtype=dtype)  # checks the layout and every shape first
-    if any(f.name.startswith(WEIGHTS_NAME.split(".")[0] + "-") for f in src.iterdir()):
+    if set(weight_map(src).values()) != {src / WEIGHTS_NAME}:
         raise CheckpointError(f"{src}: sharded weights are not cast here (a mini checkpoint is one file)")
+    model = load_qwen3_tts(src, dtype=dtype)  # checks the layout and every shape first
     with atomic_dir(dst) as tmp:
         for f in src.iterdir():
             if f.is_file() and f.name not in (WEIGHTS_NAME, CONFIG_NAME, INDEX_NAME):

@@ -83,25 +83,20 @@ class BuildConfig:
             raise ValueError(f"tokenizer points must be one of {POINTS}, got {self.tokenizer_points!r}")
 
     def corpus_config(self):
-        config = CorpusConfig.toy() if self.toy else CorpusConfig()
-        if self.tokenizer_points is not None:
-            config = dataclasses.replace(config, tokenizer_points=self.tokenizer_points)
-        return config
+        return _with(CorpusConfig.toy() if self.toy else CorpusConfig(), tokenizer_points=self.tokenizer_points)
 
     def codec_config(self):
-        config = CodecConfig.toy() if self.toy else CodecConfig()
-        config = dataclasses.replace(config, level0_lda=self.level0_lda)
-        if self.codebook_size is not None:
-            config = dataclasses.replace(config, codebook_size=self.codebook_size)
-        return config
+        return _with(CodecConfig.toy() if self.toy else CodecConfig(), level0_lda=self.level0_lda,
+                     codebook_size=self.codebook_size)
 
     def model_config(self, config_cls):
-        config = config_cls.toy() if self.toy else config_cls()
-        if self.cp_refine_steps is not None:
-            config = dataclasses.replace(config, cp_refine_steps=self.cp_refine_steps)
-        if self.text_parts is not None:
-            config = dataclasses.replace(config, text_parts=self.text_parts)
-        return config
+        return _with(config_cls.toy() if self.toy else config_cls(), cp_refine_steps=self.cp_refine_steps,
+                     text_parts=self.text_parts)
+
+
+def _with(config, **fields):
+    """`config` with the given fields replaced, except those that are None (the config's own stays)."""
+    return dataclasses.replace(config, **{k: v for k, v in fields.items() if v is not None})
 
 
 def _jsonable(obj):
