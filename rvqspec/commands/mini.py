@@ -38,6 +38,11 @@ def build_command(
     text_parts: bool = typer.Option(None, "--text-parts/--text-table",
                                     help="Model step: train the text table as quarter-frame phoneme parts, or "
                                          "one free row per token (default: MiniModelConfig's, the table)."),
+    model_steps: int = typer.Option(None, "--model-steps", min=1,
+                                    help="Model step: joint training steps (default: MiniModelConfig's, 6000)."),
+    model_threads: int = typer.Option(None, "--model-threads", min=1,
+                                      help="Model step: torch threads (default: MiniModelConfig's, 1, so the "
+                                           "recognizer trains beside it on the other core)."),
 ) -> None:
     """Build the mini world's artifacts and record them in <out>/manifest.json."""
     from rvqspec.mini.build import BuildConfig, BuildError, build, parse_steps
@@ -47,7 +52,8 @@ def build_command(
         cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec,
                           **({} if level0_lda is None else {"level0_lda": level0_lda}),
                           **({} if cp_refine_steps is None else {"cp_refine_steps": cp_refine_steps}),
-                          codebook_size=codebook_size, tokenizer_points=points, text_parts=text_parts)
+                          codebook_size=codebook_size, tokenizer_points=points, text_parts=text_parts,
+                          model_steps=model_steps, model_threads=model_threads)
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
     except (BuildError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
