@@ -50,3 +50,42 @@ def test_a_codec_with_more_than_256_codes_uses_codes_above_255():
     codes = torch.cat([codec.encode(a) for a in audios])  # (1600, 2)
     assert codes.shape == (1600, 2)
     assert int(codes.max()) > 255 and int(codes.max()) < 300
+
+
+
+def _stream_bytes(table: pa.Table, compression: str | None) -> int:
+    out = pa.BufferOutputStream()
+    with pa.ipc.new_stream(out, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as w:
+        w.write_table(table)
+    return out.getvalue().size
+
+
+def test_the_committed_copy_is_compressed_and_reads_back_exactly(tmp_path):
+    """Without audio (data/mini/corpus) the Arrow files are zstd-compressed and load_corpus gives the
+    same rows; the audio copy (runs/, memory-mapped) stays uncompressed. Codes with nearly
+    deterministic deep levels shrink, which is what the committed data budget relies on."""
+    rng = np.random.default_rng(2)
+    want = []
+    for i in range(20):
+        t = 200
+        codes = rng.integers(0, 1024, size=(t, 16)).astype(np.int64)  # (T, 16)
+        codes[:, 4:] = 7  # the deep levels: one code nearly everywhere
+        want.append(dict(id=f"u{i}", text="a b", language="en", split="eval", duration=0.08 * t,
+                         phoneme_frames=rng.integers(1, 9, size=t).astype(np.int32), codes=codes,
+                         audio=rng.standard_normal(1280 * t).astype(np.float32)))
+    save_corpus(want, tmp_path / "data", with_audio=False, codebook_size=1024)
+    save_corpus(want, tmp_path / "runs", with_audio=True, codebook_size=1024)
+    for folder, compressed in (("data", True), ("runs", False)):
+        (f,) = (tmp_path / folder).rglob("*.arrow")
+        with pa.OSFile(str(f), "rb") as src:
+            table = pa.ipc.open_stream(src).read_all()
+        size = f.stat().st_size
+        # the file is as small as its zstd stream, not as large as its plain one (or the reverse)
+        plain, zstd = _stream_bytes(table, None), _stream_bytes(table, "zstd")
+        assert compressed is False or zstd < 0.6 * plain  # codes only: the deep levels compress
+        assert (abs(size - zstd) < abs(size - plain)) is compressed, (folder, size, plain, zstd)
+    got = load_corpus(tmp_path / "data", need_codes=True)["eval"]
+    assert [g["id"] for g in got] == [w["id"] for w in want]
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(np.asarray(g["codes"], dtype=np.int64), w["codes"])
+        np.testing.assert_array_equal(np.asarray(g["phoneme_frames"]), w["phoneme_frames"])
