@@ -64,3 +64,41 @@ def test_cast_loads_as_float32_and_rejects_bad_targets(cast, tmp_path):
                                    "--out-dir", str(tmp_path / "x")])
     assert bad.exit_code == 2
     assert bad.stderr.strip().splitlines() == ["error: --dtype 'int8' is not one of bfloat16, float16, float32"]
+
+
+DRAFTER = REPO / "data" / "mini" / "drafters" / "medusa.safetensors"
+
+
+def test_drafter_cast_keeps_its_metadata_and_loads_the_rounded_weights(tmp_path):
+    """`rvqspec spec cast`: Medusa's heads (most of data/'s drafter bytes) stored in bfloat16, the
+    metadata (kind, sizes, the model hash it was trained for) unchanged, so `load_drafter` accepts it
+    for the same code predictor and fills its float32 parameters with the rounded values."""
+    from rvqspec.core.checkpoint import load_qwen3_tts
+    from rvqspec.core.drafters import load_drafter
+
+    if not DRAFTER.is_file():
+        pytest.skip("data/mini/drafters/medusa.safetensors is not built")
+    out = tmp_path / "medusa_bf16.safetensors"
+    res = CliRunner().invoke(app, ["spec", "cast", "--drafter", str(DRAFTER), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    with safe_open(str(DRAFTER), framework="pt") as a, safe_open(str(out), framework="pt") as b:
+        assert a.metadata() == b.metadata()
+        assert set(a.keys()) == set(b.keys())
+        src = {k: a.get_tensor(k) for k in a.keys()}
+        assert all(b.get_tensor(k).dtype == torch.bfloat16 for k in b.keys())
+    assert out.stat().st_size < 0.55 * DRAFTER.stat().st_size
+    cp = load_qwen3_tts(MODEL, parts=("code_predictor",)).code_predictor
+    loaded = load_drafter(out, cp).state_dict()  # raises if the model hash no longer matched
+    assert all(v.dtype == torch.float32 for v in loaded.values())
+    for k, v in src.items():
+        assert torch.equal(loaded[k], v.to(torch.bfloat16).float()), k
+    assert any(not torch.equal(loaded[k], v) for k, v in src.items())  # control: the copy did round
+
+    same = CliRunner().invoke(app, ["spec", "cast", "--drafter", str(out), "--out", str(out)])
+    assert same.exit_code == 2
+    assert same.stderr.strip().splitlines() == [f"error: {out}: the cast copy must not replace its source"]
+    missing = CliRunner().invoke(app, ["spec", "cast", "--drafter", str(tmp_path / "none.safetensors"),
+                                       "--out", str(tmp_path / "y.safetensors")])
+    assert missing.exit_code == 2
+    assert missing.stderr.strip().splitlines() == [f"error: {tmp_path / 'none.safetensors'}: no such drafter file"]
+    assert not (tmp_path / "y.safetensors").exists()

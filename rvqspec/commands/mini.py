@@ -88,29 +88,22 @@ def refine_command(
                f"after {metrics['cp_refine_steps']} refinement steps")
 
 
-_CAST_DTYPES = ("bfloat16", "float16", "float32")
-
-
 @mini_app.command("cast")
 def cast_command(
     model: Path = opt.model(DEFAULT_DATA_DIR / "model", "Checkpoint folder to copy (not overwritten)."),
-    dtype: str = typer.Option("bfloat16", "--dtype", help=f"Stored dtype of the copy: {', '.join(_CAST_DTYPES)}."),
+    dtype: str = opt.cast_dtype(),
     out: Path = opt.out_dir(..., "Folder for the copy (written whole, then renamed)."),
 ) -> None:
     """Copy a checkpoint with its weights stored in another dtype (bfloat16 halves data/; the
     loaders cast back to float32)."""
-    import torch
-
     from rvqspec.core.checkpoint import CheckpointError, cast_checkpoint
 
-    if dtype not in _CAST_DTYPES:
-        typer.echo(f"error: --dtype {dtype!r} is not one of {', '.join(_CAST_DTYPES)}", err=True)
-        raise typer.Exit(2)
+    torch_dtype = opt.torch_dtype(dtype)
     if not (model / "config.json").is_file():
         typer.echo(f"error: --model: {model / 'config.json'} does not exist", err=True)
         raise typer.Exit(2)
     try:
-        cast_checkpoint(model, out, getattr(torch, dtype))
+        cast_checkpoint(model, out, torch_dtype)
     except CheckpointError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)

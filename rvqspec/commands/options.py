@@ -73,6 +73,23 @@ def as_json(help: str = "Print the full JSON result on stdout.") -> Any:
     return typer.Option(False, "--json", help=help)
 
 
+CAST_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def cast_dtype(default: Any = "bfloat16", help: str = f"Stored dtype of the copy: {', '.join(CAST_DTYPES)}.") -> Any:
+    return typer.Option(default, "--dtype", help=help)
+
+
+def torch_dtype(name: str):
+    """The torch dtype named by --dtype, or exit 2 with one line naming the value."""
+    import torch
+
+    if name not in CAST_DTYPES:
+        typer.echo(f"error: --dtype {name!r} is not one of {', '.join(CAST_DTYPES)}", err=True)
+        raise typer.Exit(2)
+    return getattr(torch, name)
+
+
 def threads(default: Any = 1, help: str = THREADS_HELP) -> Any:
     return typer.Option(default, "--threads", help=help)
 

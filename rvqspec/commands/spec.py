@@ -1,4 +1,4 @@
-"""`rvqspec spec extract|train|calibrate|grow-tree` and `rvqspec bench acceptance|spec` (seed 000).
+"""`rvqspec spec extract|train|cast|calibrate|grow-tree` and `rvqspec bench acceptance|spec` (seed 000).
 
 Frames come from a frames function given as ``module:function`` (``--frames-fn``), called as
 ``fn(model_dir=Path, split=str, language=str | None, max_utterances=int | None)`` and yielding
@@ -145,6 +145,24 @@ def register(app: typer.Typer) -> None:
             write_json_atomic(loss_out, {"kind": kind, "losses": losses})
         typer.echo(json.dumps({"out": str(out), "kind": kind, "steps": len(losses),
                                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}))
+
+    @spec_app.command("cast")
+    def cast_cmd(
+        drafter: Path = opt.drafter(..., "Drafter file to copy (not overwritten)."),
+        out: Path = opt.out(..., "The copy (.safetensors; written whole, then renamed)."),
+        dtype: str = opt.cast_dtype(),
+    ) -> None:
+        """Copy a drafter with its tensors stored in another dtype (bfloat16 halves Medusa's heads in
+        data/; loading casts back to the drafter's float32 parameters)."""
+        from rvqspec.core.drafters import DrafterError, cast_drafter
+
+        torch_dtype = opt.torch_dtype(dtype)
+        try:
+            cast_drafter(drafter, out, torch_dtype)
+        except DrafterError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2)
+        typer.echo(f"wrote {out}: {out.stat().st_size / 1e6:.1f} MB, tensors in {dtype}")
 
     @spec_app.command("calibrate")
     def calibrate_cmd(

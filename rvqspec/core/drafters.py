@@ -292,6 +292,24 @@ def code_predictor_parameters(code_predictor) -> int:
     return sum(t.numel() for t in code_predictor.parameters())
 
 
+def cast_drafter(src: str | Path, dst: str | Path, dtype: torch.dtype) -> Path:
+    """Copy drafter file `src` to `dst` with its floating tensors stored in `dtype` and the same
+    metadata (kind, sizes, the model hash it was trained for): `load_drafter` copies them into the
+    drafter's own float32 parameters. Medusa's 45 heads are most of data/'s drafters. Written whole,
+    then renamed; raises DrafterError (a bad file, or `dst` the same file as `src`)."""
+    src, dst = Path(src), Path(dst)
+    load_drafter(src)  # metadata present and the tensors fit their kind
+    if dst.exists() and dst.resolve() == src.resolve():
+        raise DrafterError(f"{dst}: the cast copy must not replace its source")
+    with safe_open(str(src), framework="pt") as f:
+        meta = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+    with atomic_path(dst) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+    return dst
+
+
 def load_drafter(path: str | Path, code_predictor=None, kind: str | None = None, check_hash: bool = True) -> Drafter:
     """Load a drafter saved by `Drafter.save`; checks kind, hidden size and, given the code predictor,
     its model hash (`check_hash=False` skips only the hash: a drafter reused on fine-tuned weights)."""
