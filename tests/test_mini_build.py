@@ -389,3 +389,14 @@ def test_build_options_carry_the_next_worlds_levers(tmp_path):
     assert bad.exit_code == 2
     assert bad.stderr.strip().splitlines() == ["error: tokenizer points must be one of (2, 4), got 3"]
     assert not (tmp_path / "b").exists() and not (tmp_path / "br").exists()
+
+
+def test_the_recognizer_trains_beside_the_model_only_when_the_model_has_one_thread():
+    from rvqspec.mini.build import side_step
+
+    both = ("corpus", "codec", "recognizer", "model")
+    assert side_step(BuildConfig(), both) == "recognizer"
+    assert side_step(BuildConfig(model_threads=1), both) == "recognizer"
+    assert side_step(BuildConfig(model_threads=2), both) is None  # would oversubscribe two cores
+    assert side_step(BuildConfig(parallel=False), both) is None
+    assert side_step(BuildConfig(), ("recognizer",)) is None

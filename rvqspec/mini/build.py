@@ -62,7 +62,8 @@ class BuildConfig:
     write_ready_flag: bool = True
     reuse_codec: bool = False  # codec step: keep a fitted codec already at data/mini/codec (same config)
     # the recognizer and the model read only corpus and codec, and each trains on one core: on a
-    # 2-core machine running them side by side halves the build's longest stretch
+    # 2-core machine running them side by side halves the build's longest stretch (only with a
+    # one-thread model step: `side_step`)
     parallel: bool = True
     # the committed world's phonetic level 0 (CodecConfig.level0_lda; docs/design.md, "Mini world v3"):
     # free-running English CER 45.0% -> 36.2% against the plain residual level 0 (0)
@@ -251,6 +252,16 @@ def parse_steps(text: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(s for s in STEPS if s in steps)  # always in dependency order
 
 
+def side_step(cfg: BuildConfig, steps: Sequence[str]) -> str | None:
+    """The step that trains in a second process beside the model, or None. Only when the model step
+    runs on one thread: a 2-thread model beside the recognizer oversubscribes the 2-core box (measured:
+    0.36 s per step alone, about 5 s with another job beside it), so then the recognizer follows."""
+    if not (cfg.parallel and {"recognizer", "model"} <= set(steps)):
+        return None
+    model_config = cfg.model_config(_import_step("rvqspec.mini.talker_train", "MiniModelConfig"))
+    return "recognizer" if model_config.threads == 1 else None
+
+
 def build(paths: MiniPaths = MiniPaths(), cfg: BuildConfig = BuildConfig(),
           log: Callable[[str], None] = print) -> dict:
     """Run the chosen steps in order; after each, rewrite the manifest (configs, timings, checksums)."""
@@ -267,7 +278,7 @@ def build(paths: MiniPaths = MiniPaths(), cfg: BuildConfig = BuildConfig(),
         manifest["steps"] = {}  # a real build over a toy one: the toy steps no longer describe the files
     manifest["toy"] = cfg.toy
     done: dict[str, dict] = {}
-    side = "recognizer" if cfg.parallel and {"recognizer", "model"} <= set(steps) else None
+    side = side_step(cfg, steps)
     pool = future = None
     try:
         for step in steps:
