@@ -60,6 +60,10 @@ def test_cast_loads_as_float32_and_rejects_bad_targets(cast, tmp_path):
     with pytest.raises(CheckpointError):
         cast_checkpoint(empty, tmp_path / "out", torch.bfloat16)
     assert not (tmp_path / "out").exists()  # nothing half-written
+    nowhere = CliRunner().invoke(app, ["mini", "cast", "--model", str(tmp_path / "none"),
+                                       "--out-dir", str(tmp_path / "x")])
+    assert nowhere.exit_code == 2
+    assert nowhere.stderr.strip().splitlines() == [f"error: {tmp_path / 'none'}: checkpoint directory not found"]
     bad = CliRunner().invoke(app, ["mini", "cast", "--model", str(cast), "--dtype", "int8",
                                    "--out-dir", str(tmp_path / "x")])
     assert bad.exit_code == 2

@@ -52,7 +52,6 @@ def test_a_codec_with_more_than_256_codes_uses_codes_above_255():
     assert int(codes.max()) > 255 and int(codes.max()) < 300
 
 
-
 def _stream_bytes(table: pa.Table, compression: str | None) -> int:
     out = pa.BufferOutputStream()
     with pa.ipc.new_stream(out, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as w:

@@ -353,8 +353,8 @@ def test_text_parts_training_saves_the_official_layout_with_a_parts_table(toy, t
 
 def test_build_options_carry_the_next_worlds_levers(tmp_path):
     """`mini build --points 4 --codebook-size N --text-parts --model-steps S --model-threads T` reaches
-    the tokenizer, the codec and the model (each artifact records it); without the flags every config keeps its own default; a bad
-    --points is one line and exit 2 before anything is written."""
+    the tokenizer, the codec and the model (each artifact records it); without the flags every config
+    keeps its own default; a bad --points is one line and exit 2 before anything is written."""
     from typer.testing import CliRunner
 
     import rvqspec.mini.talker_train as tt
@@ -371,13 +371,15 @@ def test_build_options_carry_the_next_worlds_levers(tmp_path):
 
     data, runs = tmp_path / "data", tmp_path / "runs"
     res = CliRunner().invoke(app, ["mini", "build", "--toy", "--points", "4", "--codebook-size", "24", "--text-parts",
-                                   "--model-steps", "7", "--model-threads", "2", "--steps", "corpus,codec,model", "--out-dir", str(data), "--runs", str(runs)])
+                                   "--model-steps", "7", "--model-threads", "2", "--steps", "corpus,codec,model",
+                                   "--out-dir", str(data), "--runs", str(runs)])
     assert res.exit_code == 0, res.output
     assert PhonemeTokenizer.load(data / "phoneme_tokenizer.json").points == 4
     assert RVQCodec.load(data / "codec").config.codebook_size == 24
     saved = json.loads((data / "model" / "mini_model.json").read_text())["config"]
     assert saved["text_parts"] is True
-    assert (saved["steps"], saved["threads"]) == (7, 2) != (tt.MiniModelConfig.toy().steps, tt.MiniModelConfig.toy().threads)
+    toy_model = tt.MiniModelConfig.toy()
+    assert (saved["steps"], saved["threads"]) == (7, 2) != (toy_model.steps, toy_model.threads)
     steps = json.loads((data / "manifest.json").read_text())["steps"]
     assert steps["corpus"]["config"]["corpus"]["tokenizer_points"] == 4
     assert steps["codec"]["config"]["codec"]["codebook_size"] == 24

@@ -99,9 +99,6 @@ def cast_command(
     from rvqspec.core.checkpoint import CheckpointError, cast_checkpoint
 
     torch_dtype = opt.torch_dtype(dtype)
-    if not (model / "config.json").is_file():
-        typer.echo(f"error: --model: {model / 'config.json'} does not exist", err=True)
-        raise typer.Exit(2)
     try:
         cast_checkpoint(model, out, torch_dtype)
     except CheckpointError as exc:

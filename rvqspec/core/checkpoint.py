@@ -271,6 +271,7 @@ def cast_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, dtype: torch
     src, dst = Path(src), Path(dst)
     if src.resolve() == dst.resolve():
         raise CheckpointError(f"{dst}: the cast copy must not replace its source")
+    read_config(src)  # the folder and its config.json first, so a wrong --model is named as such
     if set(weight_map(src).values()) != {src / WEIGHTS_NAME}:
         raise CheckpointError(f"{src}: sharded weights are not cast here (a mini checkpoint is one file)")
     model = load_qwen3_tts(src, dtype=dtype)  # checks the layout and every shape first

@@ -298,9 +298,9 @@ def cast_drafter(src: str | Path, dst: str | Path, dtype: torch.dtype) -> Path:
     drafter's own float32 parameters. Medusa's 45 heads are most of data/'s drafters. Written whole,
     then renamed; raises DrafterError (a bad file, or `dst` the same file as `src`)."""
     src, dst = Path(src), Path(dst)
-    load_drafter(src)  # metadata present and the tensors fit their kind
-    if dst.exists() and dst.resolve() == src.resolve():
+    if dst.resolve() == src.resolve():
         raise DrafterError(f"{dst}: the cast copy must not replace its source")
+    load_drafter(src)  # metadata present and the tensors fit their kind
     with safe_open(str(src), framework="pt") as f:
         meta = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}
@@ -331,8 +331,6 @@ def load_drafter(path: str | Path, code_predictor=None, kind: str | None = None,
         raise DrafterError(f"{path}: drafter kind is {k!r}, expected {kind!r}")
     K, H, V = int(meta["num_offsets"]), int(meta["hidden_size"]), int(meta["vocab_size"])
     if code_predictor is not None:
-        from rvqspec.core.checkpoint import model_hash
-
         c = code_predictor.config
         if c.hidden_size != H:
             raise DrafterError(f"{path}: drafter hidden_size={H} but the code predictor has hidden_size={c.hidden_size}")
