@@ -81,12 +81,12 @@ def cast_dtype(default: Any = "bfloat16", help: str = f"Stored dtype of the copy
 
 
 def torch_dtype(name: str):
-    """The torch dtype named by --dtype, or exit 2 with one line naming the value."""
+    """The torch dtype named by --dtype; ValueError naming the value (the CLI's group makes it one
+    line and exit 2)."""
     import torch
 
     if name not in CAST_DTYPES:
-        typer.echo(f"error: --dtype {name!r} is not one of {', '.join(CAST_DTYPES)}", err=True)
-        raise typer.Exit(2)
+        raise ValueError(f"--dtype {name!r} is not one of {', '.join(CAST_DTYPES)}")
     return getattr(torch, name)
 
 
