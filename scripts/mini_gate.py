@@ -11,7 +11,8 @@ Steps (each reuses the package: codec.py, talker_train.py, extract.py, drafters.
      top-k 50 distribution;
    - the verifier's probability (deployed sampling) of the reused-head draft (seed 000 §2.2 (i): the
      top-1 of LM head p+j-1 applied to h_p), per lookahead j = 1..3;
-   - predictor hidden-state geometry: cosine of consecutive position means mu_p, mu_{p+1}, and the
+   - predictor hidden-state geometry (`rvqspec.measure.geometry`, also `rvqspec spec geometry`):
+     cosine of consecutive position means mu_p, mu_{p+1}, and the
      R^2 of h_{p+1} predicted by the single shift h_p + (mu_{p+1} - mu_p) (what shared offsets can
      express, §2.2 (iii)) next to a per-position affine map fitted on half the frames (held-out half);
    - tokens per call (exact replay, `replay_tokens_per_call`) of reused / offsets / shared_low_rank /
@@ -62,6 +63,7 @@ from rvqspec.measure.acceptance import (
     verifier_ranks,
 )
 from rvqspec.measure.extract import ExtractConfig, ShardDataset, extract
+from rvqspec.measure.geometry import hidden_geometry
 from rvqspec.measure.metrics import score
 from rvqspec.measure.train_drafter import DrafterTrainConfig, train_drafter
 from rvqspec.mini.codec import CodecConfig, RVQCodec
@@ -190,28 +192,6 @@ def entropy_and_reuse(cp, batches, sampling: Sampling) -> dict:
             "entropy_sampled_topk50": (ent_samp / n).round(decimals=4).tolist(),
             "reused_draft_verifier_prob": (reuse_p / reuse_n).round(decimals=4).tolist(),
             "reused_draft_top1_acceptance": (reuse_top1 / reuse_n).round(decimals=4).tolist(), "frames": n}
-
-
-@torch.no_grad()
-def hidden_geometry(batches, seed: int) -> dict:
-    """Consecutive position-mean cosine; R^2 of the single shift vs a held-out per-position affine map."""
-    h = torch.cat([b for b, _ in batches]).double()  # (n, 15, H)
-    mu = h.mean(0)  # (15, H)
-    cos = F.cosine_similarity(mu[:-1], mu[1:], dim=-1)  # (14,)
-    perm = torch.randperm(h.shape[0], generator=torch.Generator().manual_seed(seed))
-    fit, test = h[perm[: h.shape[0] // 2]], h[perm[h.shape[0] // 2:]]
-    shift_r2, affine_r2 = [], []
-    for p in range(h.shape[1] - 1):
-        y = test[:, p + 1]
-        sst = (y - mu[p + 1]).pow(2).sum()
-        shift_r2.append(float(1 - (y - (test[:, p] + mu[p + 1] - mu[p])).pow(2).sum() / sst))
-        X = torch.cat([fit[:, p], torch.ones(fit.shape[0], 1, dtype=h.dtype)], 1)  # (n/2, H + 1)
-        W = torch.linalg.lstsq(X, fit[:, p + 1]).solution  # (H + 1, H)
-        Xt = torch.cat([test[:, p], torch.ones(test.shape[0], 1, dtype=h.dtype)], 1)
-        affine_r2.append(float(1 - (y - Xt @ W).pow(2).sum() / sst))
-    return {"position_mean_cosine": [round(float(x), 4) for x in cos], "position_mean_cosine_mean": round(float(cos.mean()), 4),
-            "shift_r2": [round(x, 4) for x in shift_r2], "shift_r2_mean": round(float(np.mean(shift_r2)), 4),
-            "affine_r2_heldout": [round(x, 4) for x in affine_r2], "affine_r2_mean": round(float(np.mean(affine_r2)), 4)}
 
 
 @torch.no_grad()
@@ -424,7 +404,7 @@ def measure(args, name, work, ccfg, codec, corpus, model_dir, vocab, audio_corpu
                  "code_predictor_parameters": code_predictor_parameters(cp),
                  "projection": type(cp.small_to_mtp_projection).__name__, "train": train_metrics})
     res["free_running"] = entropy_and_reuse(cp, calib, sampling)
-    res["hidden_geometry"] = hidden_geometry(calib, args.seed)
+    res["hidden_geometry"] = hidden_geometry(calib, sum(b[0].shape[0] for b in calib), args.seed).to_json()
     log("entropy / geometry done")
 
     tpc: dict = {}

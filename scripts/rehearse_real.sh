@@ -80,6 +80,8 @@ done
 step 4b_calibrate_reused "${R[@]}" spec calibrate --model "$M" --shards "$O/calib" --out "$O/acceptance_reused.json"
 step 4b_grow_tree_reused_N32 "${R[@]}" spec grow-tree --acceptance "$O/acceptance_reused.json" --budget 32 \
   --out "$O/tree_reused_N32.json"
+# 4c. can one shared shift carry h_p to h_(p+1) on this checkpoint (the offsets' mechanism)
+step 4c_geometry "${R[@]}" spec geometry --shards "$O/calib" --out "$O/geometry.json"
 # 5. per-device latency, speed-up per N, N* (§3.4); torch-cuda where there is a GPU
 BACKEND=torch-cpu; DT=fp32
 if "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then BACKEND=torch-cuda; DT=bf16; fi
@@ -113,6 +115,8 @@ for k, info in kinds.items():
     assert info["world"] >= 1 and info["effective_batch"] == 32 and info["steps"] > 0, (k, info)
 t3 = json.loads((o / "table3" / "table3.json").read_text())
 assert sorted(r["language"] for r in t3["rows"]) == ["de", "en", "es", "ja", "ru", "zh"], t3["rows"]
+geo, calib = json.loads((o / "geometry.json").read_text()), json.loads((o / "calib" / "manifest.json").read_text())
+assert geo["frames"] == calib["frames"] and geo["source"] == "free_running" and len(geo["shift_r2"]) == 14, geo
 shard_bytes = sum((o / "train" / s["file"]).stat().st_size for s in train["shards"])
 grown = json.loads(subprocess.run([sys.executable, "-m", "rvqspec.cli", "spec", "grow-tree", "--acceptance",
                                    str(o / "acceptance.json"), "--budget", "32", "--out", str(o / "tree_check.json")],

@@ -159,7 +159,7 @@ def test_rehearsal_script_runs_every_runbook_step(tmp_path) -> None:
     steps = [ln.split()[1] for ln in lines if ln.startswith("ok  ")]
     for k in ("offsets", "medusa", "per_position", "low_rank", "reused"):
         assert any(s.startswith("4") and k in s for s in steps), (k, steps)
-    for s in ("1_extract_train", "2_train_offsets", "3_extract_calibration", "6_evaluate", "7_synthesize", "8_snippet",
+    for s in ("1_extract_train", "2_train_offsets", "3_extract_calibration", "4c_geometry", "6_evaluate", "7_synthesize", "8_snippet",
               "9_check_outputs"):
         assert s in steps, (s, steps)
     assert all(re.fullmatch(r"ok  \S+ +\d+\.\d s", ln) for ln in lines if ln.startswith("ok  "))

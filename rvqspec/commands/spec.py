@@ -1,4 +1,4 @@
-"""`rvqspec spec extract|train|cast|calibrate|grow-tree` and `rvqspec bench acceptance|spec` (seed 000).
+"""`rvqspec spec extract|train|cast|calibrate|geometry|grow-tree` and `rvqspec bench acceptance|spec` (seed 000).
 
 Frames come from a frames function given as ``module:function`` (``--frames-fn``), called as
 ``fn(model_dir=Path, split=str, language=str | None, max_utterances=int | None)`` and yielding
@@ -179,6 +179,22 @@ def register(app: typer.Typer) -> None:
         table = acceptance_table(d, cp, ds, max_rank=max_rank, source=ds.manifest["source"])
         write_json_atomic(out, table.to_json())
         typer.echo(json.dumps({"out": str(out), "acc_top1": table.acc[:, 0].round(4).tolist()}))
+
+    @spec_app.command("geometry")
+    def geometry_cmd(
+        shards: Path = typer.Option(..., help="Shard directory (`spec extract`; free-running for the deployed states)."),
+        out: Optional[Path] = opt.out(),
+        as_json: bool = opt.as_json(),
+        seed: int = typer.Option(_D.seed, help="Seed of the fit / held-out split of the frames."),
+    ) -> None:
+        """Can one shared shift carry h_p to h_(p+1)? Position-mean cosines and held-out R^2 of one
+        shift and of an affine map per position pair (seed 000 §2.2 (iii); rvqspec.measure.geometry)."""
+        from rvqspec.measure.extract import ShardDataset
+        from rvqspec.measure.geometry import hidden_geometry
+
+        ds = ShardDataset(shards, batch_size=1024, shuffle=False)  # the split follows the stored order
+        geo = hidden_geometry(ds, ds.frames, seed=seed).to_json()
+        _emit({"shards": str(shards), "source": ds.manifest["source"], "seed": seed, **geo}, as_json, out)
 
     @spec_app.command("grow-tree")
     def grow_tree_cmd(
