@@ -119,3 +119,11 @@ def test_cli_reads_a_shard_folder(tmp_path):
     assert "shift_r2_mean" in r.output  # the summary names the means
     bad = CliRunner().invoke(app, ["spec", "geometry", "--shards", str(tmp_path / "nowhere")])
     assert bad.exit_code == 2 and "nowhere" in bad.output and "Traceback" not in bad.output
+
+
+def test_figure_draws_the_three_measures_per_pair():
+    from rvqspec.workbench.plots import geometry_figure
+
+    fig = geometry_figure(hidden_geometry(batches_of(world("rotation"), [600]), 600).to_json())
+    assert [len(t.x) for t in fig.data] == [P - 1] * 3
+    assert min(fig.data[1].y) < 0 < min(fig.data[2].y), "the rotation world: shift below 0, affine above"

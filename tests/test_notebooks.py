@@ -205,6 +205,10 @@ def test_03_grow_tree(world):
         assert len(curve) == len(r["budgets"]) and all(_tpc_ok(t) for t in curve), name
     assert all(_tpc_ok(t) for t in r["oracle"])
     assert all(0.0 <= s <= 1.0 + 1e-9 for s in r["acc_row_sums"]), "ranks at one depth are exclusive events"
+    geo = r["geometry"]  # the offsets' mechanism on the calibration states (rvqspec.measure.geometry)
+    assert geo["frames"] == r["calibration_frames"] > 0 and len(geo["shift_r2"]) == len(geo["affine_r2_heldout"]) == 14
+    assert all(-1 - 1e-9 <= c <= 1 + 1e-9 for c in geo["position_mean_cosine"])
+    assert all(x <= 1 + 1e-9 for x in geo["shift_r2"] + geo["affine_r2_heldout"]), "R^2 is at most 1"
 
 
 @pytest.mark.slow

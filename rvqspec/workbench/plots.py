@@ -113,3 +113,20 @@ def calls_budget(bench: dict, title: str | None = None):
                       title=title or "Sequential model calls per second of audio (seed 000: 200 -> 88)",
                       yaxis=dict(title="model calls per second of audio"))
     return fig
+
+
+def geometry_figure(geometry: dict, title: str | None = None):
+    """Per position pair (p, p+1): the cosine of the position means and the held-out R^2 of one shift
+    and of an affine map (`rvqspec.measure.geometry`), with 0 marked: where one shift explains less
+    than 0, a shared offset cannot carry h_p to where the frozen head of p+1 reads (seed 000 §2.2 (iii))."""
+    pairs = list(range(1, len(geometry["shift_r2"]) + 1))
+    fig = go.Figure()
+    for key, name in (("position_mean_cosine", "cosine of the position means"),
+                      ("shift_r2", "R^2, one shift per pair (what an offset can express)"),
+                      ("affine_r2_heldout", "R^2, an affine map per pair")):
+        fig.add_trace(go.Scatter(x=pairs, y=geometry[key], name=name, mode="lines+markers"))
+    fig.add_hline(y=0.0, line=dict(color="black", width=1, dash="dot"))
+    fig.update_layout(title=title or f"Can one shift carry h_p to h_(p+1)? ({geometry['frames']} frames, held out)",
+                      xaxis=dict(title="position pair (p, p+1)", dtick=1), yaxis=dict(title="cosine / R^2"),
+                      template="plotly_white", height=350)
+    return fig
