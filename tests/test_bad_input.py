@@ -129,6 +129,8 @@ CASES = [
     ("spec-calibrate-corrupt-drafter", ["spec", "calibrate", "--model", str(MODEL), "--shards", ("missing", "shards"),
                                         "--out", ("missing", "a.json"), "--drafter", P("corrupt.safetensors")],
      "corrupt.safetensors"),
+    ("spec-geometry-missing-shards", ["spec", "geometry", "--shards", ("missing", "noshards")], "noshards"),
+    ("spec-geometry-not-a-manifest", ["spec", "geometry", "--shards", P("notjson.json")], "notjson.json"),
     # bench
     ("bench-lossless-missing-model", ["bench", "lossless", "--model", ("missing", "nomodel"), "--drafter", str(DRAFTER),
                                       "--tree", str(TREE)], "nomodel"),
