@@ -404,7 +404,7 @@ def measure(args, name, work, ccfg, codec, corpus, model_dir, vocab, audio_corpu
                  "code_predictor_parameters": code_predictor_parameters(cp),
                  "projection": type(cp.small_to_mtp_projection).__name__, "train": train_metrics})
     res["free_running"] = entropy_and_reuse(cp, calib, sampling)
-    res["hidden_geometry"] = hidden_geometry(calib, sum(b[0].shape[0] for b in calib), args.seed).to_json()
+    res["hidden_geometry"] = hidden_geometry(calib, res["scale"]["calibration_frames"], args.seed).to_json()
     log("entropy / geometry done")
 
     tpc: dict = {}

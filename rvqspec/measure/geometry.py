@@ -95,12 +95,11 @@ class _Sums:
         P, H = positions, hidden
         self.P, self.H = P, H
         self.sum_all = torch.zeros(P, H, dtype=torch.float64)
-        # held-out half: sums of h_p, ||h_p||^2, h_{p+1} - h_p and its squared norm
+        # held-out half: sums of h_p and ||h_p||^2 (the shift's cross terms h_p . h_{p+1} are the
+        # traces of the affine sums X^T Y below)
         self.n_test = 0
         self.sum_t = torch.zeros(P, H, dtype=torch.float64)
         self.sq_t = torch.zeros(P, dtype=torch.float64)
-        self.diff_t = torch.zeros(P - 1, H, dtype=torch.float64)
-        self.diff_sq_t = torch.zeros(P - 1, dtype=torch.float64)
         # affine: X = [h_p, 1] (n, H + 1), Y = h_{p+1} (n, H); X^T X and X^T Y per pair, per half
         self.xx = {half: torch.zeros(P - 1, H + 1, H + 1, dtype=torch.float64) for half in ("fit", "test")}
         self.xy = {half: torch.zeros(P - 1, H + 1, H, dtype=torch.float64) for half in ("fit", "test")}
@@ -113,9 +112,6 @@ class _Sums:
         self.n_test += test.shape[0]
         self.sum_t += test.sum(0)
         self.sq_t += test.pow(2).sum((0, 2))
-        d = test[:, 1:] - test[:, :-1]  # (n_t, P - 1, H)
-        self.diff_t += d.sum(0)
-        self.diff_sq_t += d.pow(2).sum((0, 2))
         for half, part in (("fit", h[fit]), ("test", test)):
             x = torch.cat([part[:, :-1], torch.ones(part.shape[0], self.P - 1, 1, dtype=part.dtype)], -1)  # (n, P-1, H+1)
             self.xx[half] += torch.einsum("npi,npj->pij", x, x)
@@ -130,8 +126,11 @@ class _Sums:
             m1 = mu[p + 1]
             # sum over held-out frames of ||h_{p+1} - m1||^2, expanded into the kept sums
             sst = self.sq_t[p + 1] - 2 * m1 @ self.sum_t[p + 1] + n_t * m1 @ m1
+            # ||h_{p+1} - h_p - s||^2 summed, with s the shift of the means
             s = mu[p + 1] - mu[p]
-            sse_shift = self.diff_sq_t[p] - 2 * s @ self.diff_t[p] + n_t * s @ s
+            cross = self.xy["test"][p][:self.H].diagonal().sum()  # sum of h_p . h_{p+1}
+            sse_shift = (self.sq_t[p + 1] + self.sq_t[p] - 2 * cross
+                         - 2 * s @ (self.sum_t[p + 1] - self.sum_t[p]) + n_t * s @ s)
             # least squares on the fitted half; lstsq (not solve) tolerates a rank-deficient X^T X
             w = torch.linalg.lstsq(self.xx["fit"][p], self.xy["fit"][p]).solution  # (H + 1, H)
             sse_affine = (self.sq_t[p + 1] - 2 * (w * self.xy["test"][p]).sum()
