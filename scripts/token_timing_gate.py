@@ -59,6 +59,8 @@ def main(argv=None) -> dict:
                     help=f"diagnose variants (any of {', '.join(diagnose_intelligibility.VARIANTS)})")
     ap.add_argument("--text-parts", action="store_true",
                     help="train the text embedding as a sum of quarter-frame phoneme parts (MiniModelConfig.text_parts)")
+    ap.add_argument("--talker-dropout", type=float, default=MiniModelConfig.talker_dropout,
+                    help="residual dropout in the talker's layers while training (MiniModelConfig.talker_dropout)")
     ap.add_argument("--codec", type=Path, default=None, help="fitted codec dir (default: the committed data/mini/codec)")
     ap.add_argument("--falsified-if", default="points = 4 lowers the tf_c0_true CER by less than 5 points against points = 2",
                     help="the criterion written before the run (another use of the same harness states its own)")
@@ -80,17 +82,19 @@ def main(argv=None) -> dict:
     if not (corpus / "dataset_dict.json").is_file():  # the given codec encodes the gate corpus
         fit_codec(codec.config, work / "corpus_audio", work, log, fitted=codec)
     log("codes ready")
-    mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, text_parts=args.text_parts)
-    model = work / ("model_parts" if args.text_parts else "model")
+    mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, text_parts=args.text_parts,
+                               talker_dropout=args.talker_dropout)
+    model = work / ("model" + ("_parts" if args.text_parts else "")
+                    + (f"_drop{args.talker_dropout:g}" if args.talker_dropout else ""))
     metrics = train_mini_model(corpus, codec_dir, model, config=mcfg, tokenizer_path=tok)
     log(f"model trained {metrics}")
     diag = diagnose_intelligibility.main(str(model), args.sentences, None, tuple(args.variants.split(",")),
                                          "eval", str(corpus),
                                          codec_dir=str(codec_dir))
     probe = predictor_cell_probe.main(["--model", str(model), "--corpus", str(corpus), "--codec", str(codec_dir),
-                                       "--sentences", str(args.sentences), "--out", str(work / "cell_probe.json")])
+                                       "--sentences", str(args.sentences), "--out", str(work / f"cell_probe_{model.name}.json")])
     vocab = PhonemeTokenizer.load(tok).vocab_size
-    result = dict(points=args.points, steps=args.steps, text_parts=args.text_parts, codec=str(args.codec or "data/mini/codec"),
+    result = dict(points=args.points, steps=args.steps, text_parts=args.text_parts, talker_dropout=args.talker_dropout, codec=str(args.codec or "data/mini/codec"),
                   corpus_model_train=args.corpus_model_train, vocab=vocab,
                   train_metrics=metrics, variants=diag["variants"], seconds=round(time.time() - t0),
                   cell_probe={k: probe[k] for k in ("coverage", "mass_in_support", "support_size", "variants")},

@@ -120,3 +120,29 @@ def test_training_step_lowers_loss_and_uses_inner_loop_layout():
         hid_cp, _ = cp(x, pos, cp.new_cache(1, 16), torch.arange(16), causal_mask(pos, 16))
         tf = cp.lm_logits(hid_cp[:, 1:], torch.arange(15)).argmax(-1)  # (1, 15)
     assert torch.equal(tf, ar)
+
+
+def test_talker_residual_dropout_acts_only_while_training():
+    """CodeDecoder.residual_dropout (MiniModelConfig.talker_dropout): in train mode it changes the
+    talker's output and its gradient path; in eval mode, and at 0, the output is the plain forward's
+    to the last bit, so inference, export and every saved model are untouched by it."""
+    talker, cp = tiny_model()
+    text = torch.randint(0, 20, (2, 7), generator=torch.Generator().manual_seed(3))
+    codes = torch.randint(0, CODEBOOK, (2, 7, 16), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ref, ref_logits = teacher_forced_talker(talker, cp, text, codes)
+        talker.train()
+        same, _ = teacher_forced_talker(talker, cp, text, codes)  # train mode, dropout 0
+        talker.residual_dropout = 0.5
+        torch.manual_seed(0)
+        a, _ = teacher_forced_talker(talker, cp, text, codes)
+        torch.manual_seed(0)
+        a2, _ = teacher_forced_talker(talker, cp, text, codes)
+        torch.manual_seed(1)
+        b, _ = teacher_forced_talker(talker, cp, text, codes)
+        talker.eval()
+        off, off_logits = teacher_forced_talker(talker, cp, text, codes)  # eval mode ignores it
+    assert torch.equal(same, ref) and torch.equal(off, ref) and torch.equal(off_logits, ref_logits)
+    assert torch.equal(a, a2), "the dropout masks come from torch's generator: seeded, they repeat"
+    assert not torch.allclose(a, ref, atol=1e-3) and not torch.allclose(a, b, atol=1e-3), \
+        "with p = 0.5 in train mode the output must move, and with another seed differently"

@@ -213,16 +213,19 @@ def attention_qkv(att: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
 
-def mlp_residual(layer: nn.Module, x: torch.Tensor, eps: float) -> torch.Tensor:
-    """x + SwiGLU MLP of the post-attention-normed x (the second half of a Qwen3 decoder layer)."""
+def mlp_residual(layer: nn.Module, x: torch.Tensor, eps: float, dropout: float = 0.0) -> torch.Tensor:
+    """x + SwiGLU MLP of the post-attention-normed x (the second half of a Qwen3 decoder layer).
+    `dropout` > 0 drops the MLP's output before the residual add (training only)."""
     h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
     m = layer.mlp
-    return x + F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight), m.down_proj.weight)
+    out = F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight), m.down_proj.weight)
+    return x + (F.dropout(out, dropout) if dropout else out)
 
 
 def decoder_stack(layers: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   cache: KVCache, slots: torch.Tensor, attn_mask: torch.Tensor | None,
-                  n_kv: int, n_rep: int, head_dim: int, eps: float, kv_len: int | None = None) -> torch.Tensor:
+                  n_kv: int, n_rep: int, head_dim: int, eps: float, kv_len: int | None = None,
+                  dropout: float = 0.0) -> torch.Tensor:
     """Run Qwen3 decoder layers on x (B, q, H); writes k/v of the q tokens into cache columns
     `slots` (q,) and attends over the whole cache under the additive `attn_mask` (B|1, 1, q, L).
 
@@ -237,6 +240,9 @@ def decoder_stack(layers: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin
     passes the number of filled slots and, for q=1, no mask: masked slots add exact zeros in
     fp32, but in bf16 the CPU SDPA kernel rounds differently with a longer key axis or a mask, so
     this is what keeps the bf16 AR loop close to bit-identical with the official one.
+
+    `dropout` > 0 (training only; 0 leaves the graph unchanged) drops each sublayer's output before
+    its residual add, the usual residual dropout of a transformer.
     """
     if kv_len is not None and attn_mask is not None:
         attn_mask = attn_mask[..., :kv_len]
@@ -254,8 +260,9 @@ def decoder_stack(layers: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin
         o = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=mask)  # (B, nkv, n_rep*q, hd); scale hd**-0.5
         o = o.unflatten(2, (n_rep, -1)).flatten(1, 2)  # (B, nh, q, hd)
         o = o.transpose(1, 2).flatten(2)  # (B, q, nh*hd)
-        x = x + F.linear(o, att.o_proj.weight, att.o_proj.bias)
-        x = mlp_residual(layer, x, eps)
+        o = F.linear(o, att.o_proj.weight, att.o_proj.bias)  # (B, q, H)
+        x = x + (F.dropout(o, dropout) if dropout else o)
+        x = mlp_residual(layer, x, eps, dropout)
     return x
 
 
@@ -507,6 +514,9 @@ class CodeDecoder(nn.Module):
         self.codec_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rope = Rope(config.head_dim, config.rope_theta)
         self.stack_dims = _stack_dims(config)  # (kv heads, query groups, head dim, rms eps) of decoder_stack
+        # Residual dropout while training (a training recipe's knob, not a checkpoint field: the
+        # official talker has none); applied only in train mode.
+        self.residual_dropout = 0.0
 
     def new_cache(self, batch: int, max_len: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:
@@ -525,7 +535,9 @@ class CodeDecoder(nn.Module):
         x = inputs_embeds
         cos, sin = self.rope(positions, x.dtype)
         mask = None if attn_mask is None else attn_mask.to(x.dtype)
-        x = decoder_stack(self.model.layers, x, cos, sin, cache, slots, mask, *self.stack_dims, kv_len=kv_len)
+        drop = self.residual_dropout if self.training else 0.0
+        x = decoder_stack(self.model.layers, x, cos, sin, cache, slots, mask, *self.stack_dims, kv_len=kv_len,
+                          dropout=drop)
         hidden = rms_norm(x, self.model.norm.weight, self.config.rms_norm_eps)
         return hidden, (F.linear(hidden, self.codec_head.weight) if logits else None)
 
