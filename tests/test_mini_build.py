@@ -281,6 +281,25 @@ def test_model_step_refines_the_code_predictor_on_a_frozen_talker(toy, tmp_path)
     assert rec["config"]["cp_refine_steps"] == 4
 
 
+def test_talker_dropout_changes_training_and_is_recorded(toy, tmp_path):
+    """`MiniModelConfig.talker_dropout` reaches the talker while it trains (same seed, same steps,
+    other weights) and is recorded; the saved model loads with no dropout set."""
+    from dataclasses import replace
+
+    import rvqspec.mini.talker_train as tt
+    from rvqspec.core.checkpoint import load_qwen3_tts
+
+    paths, _ = toy
+    cfg = replace(tt.MiniModelConfig.toy(), steps=3)
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "plain", config=cfg, tokenizer_path=paths.tokenizer)
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "drop", config=replace(cfg, talker_dropout=0.3),
+                        tokenizer_path=paths.tokenizer)
+    a, b = load_qwen3_tts(tmp_path / "plain"), load_qwen3_tts(tmp_path / "drop")
+    assert any(not torch.equal(p, q) for p, q in zip(a.talker.state_dict().values(), b.talker.state_dict().values()))
+    assert a.talker.residual_dropout == 0.0 and b.talker.residual_dropout == 0.0
+    assert json.loads((tmp_path / "drop" / "mini_model.json").read_text())["config"]["talker_dropout"] == 0.3
+
+
 def test_refining_a_saved_model_keeps_its_talker_and_records_the_steps(toy, tmp_path):
     """`rvqspec mini refine`: a trained model's predictor refined after the fact. The talker is the
     saved one bit for bit, the predictor moved, the saved model is untouched, the record adds up the
