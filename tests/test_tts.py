@@ -124,7 +124,7 @@ def test_training_step_lowers_loss_and_uses_inner_loop_layout():
 
 def test_talker_residual_dropout_acts_only_while_training():
     """CodeDecoder.residual_dropout (MiniModelConfig.talker_dropout): in train mode it changes the
-    talker's output and its gradient path; in eval mode, and at 0, the output is the plain forward's
+    talker's output (seeded masks repeat); in eval mode, and at 0, the output is the plain forward's
     to the last bit, so inference, export and every saved model are untouched by it."""
     talker, cp = tiny_model()
     text = torch.randint(0, 20, (2, 7), generator=torch.Generator().manual_seed(3))

@@ -265,7 +265,6 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
         if step % 20 == 0:
             bar.set_postfix(c0=f"{l0.item():.3f}", cp=f"{lc.item():.3f}")
     talker.eval(), cp.eval()
-    talker.residual_dropout = 0.0  # a training knob: the saved model and its users never see it
     materialize(talker.model.text_embedding)
     refined = {}
     if cfg.cp_refine_steps:
