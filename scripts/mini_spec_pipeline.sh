@@ -8,11 +8,17 @@ M=${MODEL:-data/mini/model}
 R=${RUNS:-runs/spec}
 D=${DATA:-data/mini}
 RV=${RVQSPEC:-.venv/bin/rvqspec}
+# drafters stored in bfloat16 before anything measures them (data/'s budget; e.g. CAST_DRAFTERS=medusa)
+CAST_DRAFTERS=${CAST_DRAFTERS:-}
 mkdir -p "$R" "$D/drafters" "$D/trees" "$D/bench"
 $RV spec extract --model "$M" --out-dir "$R/tf_train" --split train --lang en --source teacher_forced
 $RV spec extract --model "$M" --out-dir "$R/fr_calib" --split calibration --lang en --source free_running --seed 0
 for k in offsets per_position low_rank medusa shared_low_rank; do
   $RV spec train --model "$M" --shards "$R/tf_train" --kind $k --out "$D/drafters/$k.safetensors" --loss-out "$R/loss_$k.json"
+  if [[ " $CAST_DRAFTERS " == *" $k "* ]]; then
+    $RV spec cast --drafter "$D/drafters/$k.safetensors" --out "$R/$k.bf16.safetensors"
+    mv "$R/$k.bf16.safetensors" "$D/drafters/$k.safetensors"
+  fi
 done
 $RV spec calibrate --model "$M" --shards "$R/fr_calib" --out "$D/trees/acceptance_reused.json"
 # trees of the seed's method (offsets), of Medusa (the strongest drafter on the mini world) and of ours

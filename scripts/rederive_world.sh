@@ -18,7 +18,11 @@
 # intelligibility + stream + backends + table3 took about 1.5 h together; per-stage times were not
 # recorded, so the split below is an estimate.
 #   check      ~1 min   reads the manifest, model and codec: the rebuild is finished, recorded and the
-#                       v3 layout (model 8 / 192 / 5, codec rate_lambda 0.001, level0_lda 64)
+#                       v4 layout (model 8 / 192 / 5 with the text table as phoneme parts, codec
+#                       1,024 codes, rate_lambda 0.001, level0_lda 64, quarter-frame tokens)
+#   cast       ~1 min   stores the model in bfloat16 and the codec's codebooks in float16 in place
+#                       (data/ <= 80 MB), recorded as steps.model_cast; before `spec`, because a drafter
+#                       records the hash of the model it was trained for
 #   spec       ~15 min  + the pipeline (extraction, 5 drafters, calibrations, 15 trees: not timed on v3,
 #                       whose drafters came from the candidate build, steps.spec.note; allow ~1 h).
 #                       Writes drafters/*, trees/*, bench/acceptance.json (Table 2),
@@ -54,7 +58,7 @@
 #              only (re)write that manifest step from the files on disk (e.g. after a failed record)
 #
 # Environment: RVQSPEC, PY, WORK (logs, default runs/rederive), SPEC_RUNS (default runs/spec_new, as
-# recorded), EVAL_DIR (mini evaluate's folder, default runs/v3/eval_strict, as recorded),
+# recorded), CAST_DRAFTERS (spec: drafters stored in bfloat16, e.g. medusa for the 1,024-code world), EVAL_DIR (mini evaluate's folder, default runs/v3/eval_strict, as recorded),
 # PROFILE_ACCEPTANCE (default runs/real_mini_out/acceptance_lr1e-2.json, from `rehearsal`),
 # AR_FRAME_GRAPH=1 (backends: also re-measure the model-independent ar_frame_graph_0.6b.json),
 # TIMING_NOTE (appended in parentheses to the recorded timing commands, e.g. "the other job paused
@@ -159,6 +163,10 @@ if step == "spec":  # ARGS: the commands, then the --frames 200 one
     entry = {"command": "; ".join(args[:-1]), "command_frames_200": args[-1], "result": {
         "drafters": sorted(p.stem for p in (D / "drafters").glob("*.safetensors")),
         "trees": sorted(int(p.stem.rsplit("_n", 1)[1]) for p in (D / "trees").glob("offsets_n*.json"))}}
+elif step == "model_cast":  # ARGS: the model's and the codec's cast commands
+    entry = {"commands": args, "result": {
+        "model_dtype": json.loads((D / "model" / "config.json").read_text()).get("dtype"),
+        "total_bytes_before": json.loads((D / "manifest.json").read_text()).get("total_bytes")}}
 elif step == "lossless":  # every bench/lossless_<drafter>_n16.json on disk
     res = {}
     for p in sorted(B.glob("lossless_*_n16.json")):
@@ -212,7 +220,7 @@ EOF
 
 # --------------------------------------------------------------------------------- the commands
 # As data/mini/manifest.json records them. Loops run as bash; the manifest writes them compactly.
-SPEC_PIPE="RUNS=$SPEC_RUNS bash scripts/mini_spec_pipeline.sh"
+SPEC_PIPE="RUNS=$SPEC_RUNS${CAST_DRAFTERS:+ CAST_DRAFTERS=$CAST_DRAFTERS} bash scripts/mini_spec_pipeline.sh"
 ACC_DRAFTERS=""
 for k in "${DRAFTERS[@]}"; do ACC_DRAFTERS+=" --drafter $k=$D/drafters/$k.safetensors"; done
 SPEC_ACC="$RV bench acceptance --model $M --calibration $SPEC_RUNS/fr_calib$ACC_DRAFTERS --out $B/acceptance.json"
@@ -267,7 +275,16 @@ bad = []
 if model.get("config") != rec:
     bad.append("manifest steps.model.config differs from data/mini/model/mini_model.json (model not recorded)")
 if (rec["talker_layers"], rec["cp_hidden"], rec["cp_layers"]) != (8, 192, 5):
-    bad.append("the model is not the v3 layout (talker 8 layers, code predictor 192 x 5)")
+    bad.append("the model is not the v3/v4 layout (talker 8 layers, code predictor 192 x 5)")
+# v4's levers (docs/design.md "The next world built at full scale"): 1,024 codes per level, the
+# talker's tokens resolved to quarter frames, the text table trained as phoneme parts
+if codec_file.get("codebook_size") != 1024:
+    bad.append(f"the codec does not have 1,024 codes per level (codec_config.json {codec_file.get('codebook_size')})")
+points = m["steps"].get("corpus", {}).get("config", {}).get("corpus", {}).get("tokenizer_points")
+if points != 4:
+    bad.append(f"the corpus tokens are not quarter-resolved (manifest steps.corpus tokenizer_points {points})")
+if rec.get("text_parts") is not True:
+    bad.append("the model's text table is not trained as phoneme parts (mini_model.json config.text_parts)")
 if codec.get("rate_lambda") != 0.001:
     bad.append("the codec is not the rate_lambda = 0.001 one")
 # v3's level 0 is phonetic (c0 by k-means in 64 Fisher-discriminant directions, RVQCodec's
@@ -280,6 +297,20 @@ for b in bad:
     print("error:", b, file=sys.stderr)
 sys.exit(1 if bad else 0)
 EOF
+}
+
+# cast: data/'s budget (80 MB) holds the 1,024-code world only with the model in bfloat16 and the
+# codec's codebooks in float16 (the loaders cast back to float32). Each copy is written whole beside
+# its source, then swapped in; the manifest re-checksums and records the commands as steps.model_cast.
+# Runs before `spec`: the drafters record the hash of the (cast) model they were trained for.
+MODEL_CAST="$RV mini cast --model $M --dtype bfloat16 --out-dir $M.cast && rm -rf $M && mv $M.cast $M"
+CODEC_CAST="$RV mini cast --codec $D/codec --dtype float16 --out-dir $D/codec.cast && rm -rf $D/codec && mv $D/codec.cast $D/codec"
+stage_cast() {
+  local t0=$SECONDS
+  run_cmd cast-model "$MODEL_CAST"
+  run_cmd cast-codec "$CODEC_CAST"
+  echo $((SECONDS - t0)) >"$WORK/seconds/model_cast"
+  record model_cast "$(portable "$MODEL_CAST")" "$(portable "$CODEC_CAST")"
 }
 
 # spec. The pipeline (mini_spec_pipeline.sh: extraction, five drafters, acceptance tables, trees
@@ -579,10 +610,10 @@ stage_verify() {
 }
 
 # --------------------------------------------------------------------------------------- dispatch
-ORDER=(check spec record-spec lossless record-lossless intelligibility record-intelligibility stream
+ORDER=(check cast spec record-spec lossless record-lossless intelligibility record-intelligibility stream
        record-stream backends record-backends table3 record-table3 spade rehearsal profiles anchor notebooks
        demo figures verify)
-DEFAULT=(check spec lossless intelligibility stream backends table3 spade rehearsal profiles notebooks figures verify)
+DEFAULT=(check cast spec lossless intelligibility stream backends table3 spade rehearsal profiles notebooks figures verify)
 NO_CHECK=(figures list verify record-spec record-lossless record-intelligibility record-stream record-backends
           record-table3)
 

@@ -4,9 +4,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
+from typer.testing import CliRunner
 
-from rvqspec.mini.codec import (CodecConfig, CodecError, RVQCodec, codec_quality, kmeans, mel_filterbank,
-                                reference_log_mel_db)
+from rvqspec.cli import app
+from rvqspec.mini.codec import (CodecConfig, CodecError, RVQCodec, cast_codec, codec_quality, kmeans,
+                                mel_filterbank, reference_log_mel_db)
 from rvqspec.mini.speech import synthesize
 
 CFG = CodecConfig(codebook_size=8, num_codebooks=6, kmeans_iters=6, kmeans_init_sample=500, griffin_lim_iters=6)
@@ -96,6 +99,40 @@ def test_save_load_round_trip(codec, audios, tmp_path):
     loaded = RVQCodec.load(tmp_path / "codec")
     assert loaded.config == codec.config
     assert torch.equal(loaded.encode(audios[1]), codec.encode(audios[1]))
+
+
+def test_cast_stores_rounded_codebooks_and_keeps_the_rest(codec, audios, tmp_path):
+    src = codec.save(tmp_path / "src", extra={"fit": {"clips": 3, "seconds": 1.5}})
+    res = CliRunner().invoke(app, ["mini", "cast", "--codec", str(src), "--dtype", "float16",
+                                   "--out-dir", str(tmp_path / "f16")])
+    assert res.exit_code == 0, res.output
+    with safe_open(str(tmp_path / "f16" / "codec.safetensors"), framework="pt") as h:
+        stored = {k: h.get_tensor(k) for k in h.keys()}
+    assert stored["codebooks"].dtype == torch.float16
+    assert stored["mean"].dtype == stored["std"].dtype == torch.float32  # only the bulk is rounded
+    assert torch.equal(stored["codebooks"], codec.codebooks.to(torch.float16))
+    # negative control: the fitted float32 codebooks are not float16-representable, so the copy rounds
+    assert not torch.equal(stored["codebooks"].float(), codec.codebooks)
+    meta = json.loads((tmp_path / "f16" / "codec_config.json").read_text())
+    assert meta["fit"] == {"clips": 3, "seconds": 1.5}
+    loaded = RVQCodec.load(tmp_path / "f16")
+    assert loaded.config == codec.config and loaded.codebooks.dtype == torch.float32
+    for a in audios:  # the rounding moves no code of the test speech
+        assert torch.equal(loaded.encode(a), codec.encode(a))
+    assert (src / "codec.safetensors").stat().st_size > (tmp_path / "f16" / "codec.safetensors").stat().st_size
+
+
+def test_cast_bad_input_is_one_line_exit_2(codec, tmp_path):
+    src = codec.save(tmp_path / "src")
+    with pytest.raises(CodecError, match="must not replace"):
+        cast_codec(src, src, torch.float16)
+    runner = CliRunner()
+    missing = runner.invoke(app, ["mini", "cast", "--codec", str(tmp_path / "none"), "--out-dir", str(tmp_path / "o")])
+    assert missing.exit_code == 2 and "codec file missing" in missing.output
+    assert "Traceback" not in missing.output
+    bad = runner.invoke(app, ["mini", "cast", "--codec", str(src), "--dtype", "int8", "--out-dir", str(tmp_path / "o")])
+    assert bad.exit_code == 2 and "--dtype 'int8'" in bad.output
+    assert not (tmp_path / "o").exists()  # nothing half-written
 
 
 def test_load_errors_name_the_problem(codec, tmp_path):

@@ -93,12 +93,18 @@ def cast_command(
     model: Path = opt.model(DEFAULT_DATA_DIR / "model", "Checkpoint folder to copy (not overwritten)."),
     dtype: str = opt.cast_dtype(),
     out: Path = opt.out_dir(..., "Folder for the copy (written whole, then renamed)."),
+    codec: Path = typer.Option(None, "--codec", help="Copy this codec folder instead of the checkpoint: its "
+                                                     "codebooks stored in --dtype (float16 halves them)."),
 ) -> None:
     """Copy a checkpoint with its weights stored in another dtype (bfloat16 halves data/; the
-    loaders cast back to float32)."""
+    loaders cast back to float32), or with --codec a codec with its codebooks so stored."""
     from rvqspec.core.checkpoint import cast_checkpoint
+    from rvqspec.mini.codec import cast_codec
 
-    cast_checkpoint(model, out, opt.torch_dtype(dtype))  # a CheckpointError: one line, exit 2 (cli._Group)
+    if codec is not None:
+        cast_codec(codec, out, opt.torch_dtype(dtype))  # a CodecError: one line, exit 2 (cli._Group)
+    else:
+        cast_checkpoint(model, out, opt.torch_dtype(dtype))  # a CheckpointError: one line, exit 2 (cli._Group)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     typer.echo(f"wrote {out}: {size / 1e6:.1f} MB, weights in {dtype}")
 

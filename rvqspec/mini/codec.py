@@ -507,12 +507,15 @@ class RVQCodec:
         return power.sqrt()
 
     # -- files ------------------------------------------------------------------------------------
-    def save(self, directory: str | os.PathLike, extra: dict | None = None) -> Path:
-        """Write codec.safetensors + codec_config.json into `directory` atomically (temp dir, rename)."""
+    def save(self, directory: str | os.PathLike, extra: dict | None = None,
+             codebook_dtype: torch.dtype = torch.float32) -> Path:
+        """Write codec.safetensors + codec_config.json into `directory` atomically (temp dir, rename).
+        `codebook_dtype` stores the (Q, K, D) codebooks, the bulk of the file, in another dtype (float16
+        halves it); `load` casts them back to float32."""
         self._check_fitted()
         directory = Path(directory)
         with atomic_dir(directory) as tmp:
-            tensors = {"codebooks": self.codebooks.contiguous(), "mean": self.mean.contiguous(),
+            tensors = {"codebooks": self.codebooks.to(codebook_dtype).contiguous(), "mean": self.mean.contiguous(),
                        "std": self.std.contiguous()}
             if self.config.rate_lambda > 0:  # plain k-means codecs keep their two-tensor layout
                 tensors["log_prior"] = self.log_prior.contiguous()
@@ -566,6 +569,21 @@ class RVQCodec:
         lp = tensors["log_prior"].float() if "log_prior" in want else None
         l0 = [tensors[k].float() if k in want else None for k in ("level0_basis", "level0_centroids")]
         return cls(config, tensors["codebooks"].float(), tensors["mean"].float(), tensors["std"].float(), lp, *l0)
+
+
+def cast_codec(src: str | os.PathLike, dst: str | os.PathLike, dtype: torch.dtype) -> Path:
+    """Copy the codec folder `src` to `dst` with its codebooks stored in `dtype` (data/'s size budget:
+    the 1,024-code world's (16, 1024, 256) codebooks are 16.8 MB in float32). The config and the
+    recorded fit and quality are kept; from then on codes are those of the rounded codebooks (on the
+    v4 world's test utterances every code encodes the same; tests/test_codec.py checks it on its own
+    codec). `dst` is written whole, then renamed. Raises CodecError."""
+    src, dst = Path(src), Path(dst)
+    if src.resolve() == dst.resolve():
+        raise CodecError(f"{dst}: the cast copy must not replace its source")
+    codec = RVQCodec.load(src)
+    meta = json.loads((src / CONFIG_FILE).read_text())
+    extra = {k: v for k, v in meta.items() if k not in ("format", "version", "config")}
+    return codec.save(dst, extra=extra, codebook_dtype=dtype)
 
 
 def griffin_lim(mag: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor, iters: int, momentum: float,
