@@ -58,7 +58,8 @@
 #              only (re)write that manifest step from the files on disk (e.g. after a failed record)
 #
 # Environment: RVQSPEC, PY, WORK (logs, default runs/rederive), SPEC_RUNS (default runs/spec_new, as
-# recorded), CAST_DRAFTERS (spec: drafters stored in bfloat16, e.g. medusa for the 1,024-code world), EVAL_DIR (mini evaluate's folder, default runs/v3/eval_strict, as recorded),
+# recorded), CAST_DRAFTERS (spec: drafters stored in bfloat16, e.g. medusa for the 1,024-code world),
+# SPEC_TIMING_BUDGETS (spec: the wall-clock budgets, default "4 16" as recorded), EVAL_DIR (mini evaluate's folder, default runs/v3/eval_strict, as recorded),
 # PROFILE_ACCEPTANCE (default runs/real_mini_out/acceptance_lr1e-2.json, from `rehearsal`),
 # AR_FRAME_GRAPH=1 (backends: also re-measure the model-independent ar_frame_graph_0.6b.json),
 # TIMING_NOTE (appended in parentheses to the recorded timing commands, e.g. "the other job paused
@@ -79,7 +80,9 @@ D=data/mini
 B=$D/bench
 DRAFTERS=(offsets per_position low_rank medusa shared_low_rank)  # Table 2
 SPEC_KINDS=(medusa offsets shared_low_rank)  # wall clock: the strongest, the seed's method, ours
-SPEC_BUDGETS=(4 16)
+# SPEC_TIMING_BUDGETS="3 4 16" adds N = 3 (a chain of three drafts, one node cheaper than N = 4: the verify
+# call is compute-bound on this box; `bench spec` grows a tree the acceptance bench did not sweep)
+read -r -a SPEC_BUDGETS <<<"${SPEC_TIMING_BUDGETS:-4 16}"
 LOSSLESS=(medusa)                            # the drafter of Table 3 and streaming
 WER_LANGS=(en de es ru ja zh)
 export WORK

@@ -15,6 +15,7 @@ from rvqspec.core.checkpoint import Qwen3TTS, save_qwen3_tts
 from rvqspec.cli import app
 from rvqspec.core.config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
 from rvqspec.core.drafters import make_drafter
+from rvqspec.measure.acceptance import AcceptanceTable
 from rvqspec.measure.extract import frames_to_hidden
 from rvqspec.core.model import CodeDecoder, MultiCodeDecoder
 from rvqspec.core.speculative import SpeculativeCodePredictor
@@ -115,10 +116,21 @@ def test_cli_pipeline(ckpt, tmp_path):
     assert len(ll["contexts"]) == 2 and len(ll["tree"]) == 4
     assert set(ll["contexts"][0]) == {"c0", "decoder", "control_always_accept", "control_full_p"}
     assert ll["contexts"][1]["decoder"]["frames"] == 30 and ll["contexts"][1]["control_full_p"]["frames"] == 20
+    # a budget the bench did not sweep is grown from the drafter's recorded acceptance table, as the bench
+    # grows its own trees (the swept N = 4 tree comes out the same way)
+    table = AcceptanceTable.from_json(r["drafters"]["offsets"]["acceptance"])
+    assert SparseTree(r["drafters"]["offsets"]["trees"]["4"]).paths == SparseTree.grow(table.acc, 4).paths
+    ok(["bench", "spec", "--acceptance", tmp_path / "acc_bench.json", "--acceptance-drafter", "offsets",
+        "--model", ckpt, "--drafter", tmp_path / "d.safetensors", "--budget", "3", "--frames-fn", fn,
+        "--frames", "2", "--no-full-size", "--json", "--out", tmp_path / "spec3.json"])
+    assert json.loads((tmp_path / "spec3.json").read_text())["mini"]["tree_nodes"] == 3
+    # without the table there is nothing to grow from
+    del r["drafters"]["offsets"]["acceptance"]
+    (tmp_path / "no_table.json").write_text(json.dumps(r))
     bad = runner.invoke(app, ["bench", "lossless", "--model", str(ckpt), "--drafter", str(tmp_path / "d.safetensors"),
-                              "--acceptance", str(tmp_path / "acc_bench.json"), "--budget", "7"])
+                              "--acceptance", str(tmp_path / "no_table.json"), "--budget", "7"])
     flat = " ".join(bad.output.replace("│", " ").split())  # rich wraps the message in a box
-    assert bad.exit_code != 0 and "no tree for drafter 'offsets' at N=7" in flat, bad.output
+    assert bad.exit_code != 0 and "no tree for drafter 'offsets' at N=7 and no acceptance table" in flat, bad.output
     bad = runner.invoke(app, ["spec", "extract", "--model", str(ckpt), "--out-dir", str(tmp_path / "x"),
                               "--frames-fn", "nomodule"])
     assert bad.exit_code != 0 and "module:function" in bad.output

@@ -71,14 +71,24 @@ def _check_acceptance(acc, source: Path, drafter_name: str) -> None:
 
 
 def _tree_from_acceptance(acc: dict, source: Path, drafter_name: str, budget: int):
-    """The budget-N tree of one drafter in a `bench acceptance` result (keys are str after JSON)."""
-    from rvqspec.core.tree import SparseTree
+    """The budget-N tree of one drafter in a `bench acceptance` result (keys are str after JSON); a
+    budget the bench did not sweep (e.g. N = 3, a cheaper call than N = 4 on a compute-bound device)
+    is grown from the drafter's recorded acceptance table exactly as the bench grows its own trees."""
+    from rvqspec.core.tree import SparseTree, TreeError
+    from rvqspec.measure.acceptance import AcceptanceTable
 
     _check_acceptance(acc, source, drafter_name)
     entry = acc.get("drafters", {}).get(drafter_name)
-    if entry is None or str(budget) not in entry["trees"]:
-        raise typer.BadParameter(f"{source}: no tree for drafter {drafter_name!r} at N={budget}")
-    return SparseTree(entry["trees"][str(budget)])
+    if entry is not None and str(budget) in entry["trees"]:
+        return SparseTree(entry["trees"][str(budget)])
+    if entry is None or "acceptance" not in entry:
+        raise typer.BadParameter(f"{source}: no tree for drafter {drafter_name!r} at N={budget} "
+                                 "and no acceptance table to grow one from")
+    try:
+        table = AcceptanceTable.from_json(entry["acceptance"], f"{source}: drafters.{drafter_name}.acceptance")
+        return SparseTree.grow(table.acc, budget, max_depth=K)
+    except (ValueError, TreeError) as e:
+        raise typer.BadParameter(f"{source}: drafters.{drafter_name}: cannot grow a tree of N={budget}: {e}") from e
 
 
 def _emit(result: dict, as_json: bool, out: Optional[Path]) -> None:
