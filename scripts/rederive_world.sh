@@ -59,7 +59,8 @@
 #
 # Environment: RVQSPEC, PY, WORK (logs, default runs/rederive), SPEC_RUNS (default runs/spec_new, as
 # recorded), CAST_DRAFTERS (spec: drafters stored in bfloat16, e.g. medusa for the 1,024-code world),
-# SPEC_TIMING_BUDGETS (spec: the wall-clock budgets, default "4 16" as recorded), EVAL_DIR (mini evaluate's folder, default runs/v3/eval_strict, as recorded),
+# SPEC_TIMING_BUDGETS (spec: the wall-clock budgets, default "4 16" as recorded), EVAL_DIR (mini
+# evaluate's folder, default runs/v3/eval_strict, as recorded),
 # PROFILE_ACCEPTANCE (default runs/real_mini_out/acceptance_lr1e-2.json, from `rehearsal`),
 # AR_FRAME_GRAPH=1 (backends: also re-measure the model-independent ar_frame_graph_0.6b.json),
 # TIMING_NOTE (appended in parentheses to the recorded timing commands, e.g. "the other job paused
