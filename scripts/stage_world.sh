@@ -31,9 +31,10 @@ mkdir -p "$ROOT"
 # the datasets caches (cache-*.arrow) are rebuilt on load and ignored by git
 cp -a "$src" "$tmp"
 find "$tmp" -name 'cache-*.arrow' -delete
-if hits=$(grep -rlE '(^|[^A-Za-z0-9_.:/-])/(work|tmp|home|root)/' --include='*.json' --include='*.md' "$tmp"); then
+hit=$(grep -rlE '(^|[^A-Za-z0-9_.:/-])/(work|tmp|home|root)/' --include='*.json' --include='*.md' "$tmp" | head -n 1 || true)
+if [[ -n "$hit" ]]; then
     rm -rf "$tmp"
-    echo "stage_world: $hits: names a machine path (record paths relative to the checkout)" | head -1 >&2
+    echo "stage_world: $hit: names a machine path (record paths relative to the checkout)" >&2
     exit 2
 fi
 rm -rf "$dest"
