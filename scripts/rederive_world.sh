@@ -32,6 +32,9 @@
 #                       bench/recognizer_testset.json, wer_testset_{en,de,es,ru,ja,zh}.json,
 #                       wer_testset_en_greedy.json, mini_eval.json
 #   stream     ~5 min   reads drafters/medusa, trees/medusa_n4.json (2 threads); writes bench/stream_medusa_n4.json
+#                       (steps.stream), then ~4 min of graph-backend streams (onnx-loop, onnx; Medusa and shared
+#                       low-rank) and the threaded eager one: bench/stream_{onnx_loop,onnx}_*_n4.json,
+#                       stream_eager_threaded_medusa_n4.json (steps.stream_graph)
 #   backends   ~10 min  reads drafters/shared_low_rank, trees/shared_low_rank_n4.json; writes
 #                       bench/backends_shared_low_rank_n4.json (Inductor and ONNX setup dominate)
 #   table3     ~40 min  reads drafters/medusa, trees/medusa_n16.json, recognizer; writes
@@ -54,7 +57,7 @@
 # Opt-in stages (never in the default list):
 #   anchor     ~10-20 min docs/measurements/gate_anchor_committed_world.json (scripts/mini_gate.py --world)
 #   demo       ~4-10 min `rvqspec demo` timed (README Quickstart quotes `make demo` on a fresh clone)
-#   record-spec record-lossless record-intelligibility record-stream record-backends record-table3:
+#   record-spec record-lossless record-intelligibility record-stream record-stream-graph record-backends record-table3:
 #              only (re)write that manifest step from the files on disk (e.g. after a failed record)
 #
 # Environment: RVQSPEC, PY, WORK (logs, default runs/rederive), SPEC_RUNS (default runs/spec_new, as
@@ -151,7 +154,7 @@ load = lambda p: json.loads(Path(p).read_text())
 
 def file_commands(args):  # FILE=COMMAND (the file holds no '='); FILE may be bench/x_{a,b}.json
     cmds = dict(a.split("=", 1) for a in args)
-    expand = lambda k: ([k[:m.start()] + x + k[m.end():] for x in m.group(1).split(",")]
+    expand = lambda k: ([p for x in m.group(1).split(",") for p in expand(k[:m.start()] + x + k[m.end():])]
                         if (m := re.search(r"\{([^}]*)\}", k)) else [k])
     missing = [p for k in cmds for p in expand(k) if not (D / p).is_file()]
     if missing:
@@ -194,6 +197,9 @@ elif step == "intelligibility":
     entry = {"commands": file_commands(args)}
 elif step == "stream":
     entry = {"command": "; ".join(args)}
+    load_average(entry)
+elif step == "stream_graph":  # ARGS: FILE=COMMAND, the graph backends' and the threaded eager streams
+    entry = {"commands": file_commands(args)}
     load_average(entry)
 elif step == "backends":
     entry = {"commands": file_commands(args)}
@@ -245,7 +251,9 @@ TABLE3_REC="$PY scripts/table3.py $TABLE3_ARGS > $TABLE3_OUT"
 STREAM="$RV bench stream --drafter $D/drafters/medusa.safetensors --tree $D/trees/medusa_n4.json --threads 2 --no-full-size --out $B/stream_medusa_n4.json"
 # the same streams on the graph backends (talker step, AR frame, round or whole speculative frame as
 # onnxruntime calls; codec decoding in a second thread) and the eager decoder threaded alike
-STREAM_GRAPH="$RV bench stream --drafter $D/drafters/shared_low_rank.safetensors --tree $D/trees/shared_low_rank_n4.json --threads 1 --threaded --repeats 3 --no-full-size"
+# ($k: medusa, shared_low_rank; $be: onnx-loop, onnx; the file names the backend with an underscore)
+STREAM_GRAPH_KINDS=(medusa shared_low_rank)
+STREAM_GRAPH="$RV bench stream --drafter $D/drafters/\$k.safetensors --tree $D/trees/\${k}_n4.json --threads 1 --threaded --repeats 3 --no-full-size --backend \$be --out $B/stream_\${be//-/_}_\${k}_n4.json"
 STREAM_EAGER_THREADED="$RV bench stream --drafter $D/drafters/medusa.safetensors --tree $D/trees/medusa_n4.json --threads 1 --threaded --repeats 3 --no-full-size --out $B/stream_eager_threaded_medusa_n4.json"
 BACKENDS_FILE=bench/backends_shared_low_rank_n4.json
 BACKENDS="$PY scripts/bench_backends_mini.py $D/$BACKENDS_FILE 60 spec,ar shared_low_rank 4"
@@ -382,15 +390,21 @@ stage_stream() {
   require_current_drafters
   local t0=$SECONDS a b
   a=$(loadavg); run_cmd stream "$STREAM"; b=$(loadavg)
-  run_cmd stream-onnx-loop "$STREAM_GRAPH --backend onnx-loop --out $B/stream_onnx_loop_shared_low_rank_n4.json"
-  run_cmd stream-onnx "$STREAM_GRAPH --backend onnx --out $B/stream_onnx_shared_low_rank_n4.json"
-  run_cmd stream-eager-threaded "$STREAM_EAGER_THREADED"
   printf '{"bench/stream_medusa_n4.json": "%s before, %s after (/proc/loadavg)"}\n' "$a" "$b" >"$WORK/stream_loadavg.json"
   echo $((SECONDS - t0)) >"$WORK/seconds/stream"
   stage_record_stream
+  t0=$SECONDS; a=$(loadavg)
+  run_cmd stream-graph "for k in ${STREAM_GRAPH_KINDS[*]}; do for be in onnx-loop onnx; do $STREAM_GRAPH; done; done"
+  run_cmd stream-eager-threaded "$STREAM_EAGER_THREADED"; b=$(loadavg)
+  printf '{"bench/stream_{onnx_loop,onnx}_{medusa,shared_low_rank}_n4.json, stream_eager_threaded_medusa_n4.json": "%s before, %s after (/proc/loadavg)"}\n' "$a" "$b" >"$WORK/stream_graph_loadavg.json"
+  echo $((SECONDS - t0)) >"$WORK/seconds/stream_graph"
+  stage_record_stream_graph
 }
 stage_record_stream() { record stream "$(portable "$STREAM")$(timing_note)"; }
-# (the graph-backend and threaded eager streams are not in the manifest: docs/streaming.md gives their commands)
+stage_record_stream_graph() {
+  record stream_graph "bench/stream_{onnx_loop,onnx}_{medusa,shared_low_rank}_n4.json=$(portable "for k in ${STREAM_GRAPH_KINDS[*]}; for be in onnx-loop onnx: $STREAM_GRAPH")$(timing_note)" \
+    "bench/stream_eager_threaded_medusa_n4.json=$(portable "$STREAM_EAGER_THREADED")$(timing_note)"
+}
 
 # backends (eager / compiled / ONNX, spec and AR, shared low-rank at N = 4). Timing: run on a quiet
 # machine. ar_frame_graph_0.6b.json is the 0.6B preset with random weights: model independent,
@@ -615,11 +629,11 @@ stage_verify() {
 
 # --------------------------------------------------------------------------------------- dispatch
 ORDER=(check cast spec record-spec lossless record-lossless intelligibility record-intelligibility stream
-       record-stream backends record-backends table3 record-table3 spade rehearsal profiles anchor notebooks
+       record-stream record-stream-graph backends record-backends table3 record-table3 spade rehearsal profiles anchor notebooks
        demo figures verify)
 DEFAULT=(check cast spec lossless intelligibility stream backends table3 spade rehearsal profiles notebooks figures verify)
-NO_CHECK=(figures list verify record-spec record-lossless record-intelligibility record-stream record-backends
-          record-table3)
+NO_CHECK=(figures list verify record-spec record-lossless record-intelligibility record-stream record-stream-graph
+          record-backends record-table3)
 
 if [[ ${1:-} == list || ${1:-} == -h || ${1:-} == --help ]]; then
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
