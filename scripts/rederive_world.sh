@@ -12,32 +12,31 @@
 #   bash scripts/rederive_world.sh list            # the stages
 #   DRY_RECORD=1 bash scripts/rederive_world.sh record-table3   # print a manifest entry, write nothing
 #
-# Stages (default order) with what they read and write. Times: the 8 x 192 talker / 5 x 192 predictor
-# world (v3) on the shared 2-core box, one thread unless stated. `rvqspec mini build` itself took
-# 81 min (steps.corpus / codec, then recognizer beside model). spec (benchmarks) + lossless +
-# intelligibility + stream + backends + table3 took about 1.5 h together; per-stage times were not
-# recorded, so the split below is an estimate.
+# Stages (default order) with what they read and write. Times: the v4 world (8 x 192 talker, 5 x 192
+# predictor, 1,024 codes) on the shared 2-core box, one thread unless stated, as its manifest records
+# them (steps.<stage>.seconds; spec, lossless, intelligibility and table3 ran two at a time).
+# `rvqspec mini build` itself took 87 min (steps.corpus / codec, then recognizer beside model).
 #   check      ~1 min   reads the manifest, model and codec: the rebuild is finished, recorded and the
 #                       v4 layout (model 8 / 192 / 5 with the text table as phoneme parts, codec
 #                       1,024 codes, rate_lambda 0.001, level0_lda 64, quarter-frame tokens)
 #   cast       ~1 min   stores the model in bfloat16 and the codec's codebooks in float16 in place
 #                       (data/ <= 80 MB), recorded as steps.model_cast; before `spec`, because a drafter
 #                       records the hash of the model it was trained for
-#   spec       ~15 min  + the pipeline (extraction, 5 drafters, calibrations, 15 trees: not timed on v3,
+#   spec       ~34 min  with the pipeline (extraction, 5 drafters, calibrations, 15 trees: not timed on v3,
 #                       whose drafters came from the candidate build, steps.spec.note; allow ~1 h).
 #                       Writes drafters/*, trees/*, bench/acceptance.json (Table 2),
 #                       bench/spec_{medusa,offsets,shared_low_rank}_n{4,16}.json, spec_medusa_n4_f200.json
-#   lossless   ~30 min  reads drafters/medusa, acceptance.json; writes bench/lossless_medusa_n16.json
-#   intelligibility ~20 min  reads model, codec, recognizer, data/testset; writes
+#   lossless   ~33 min  reads drafters/medusa, acceptance.json; writes bench/lossless_medusa_n16.json
+#   intelligibility ~37 min  reads model, codec, recognizer, data/testset; writes
 #                       bench/recognizer_testset.json, wer_testset_{en,de,es,ru,ja,zh}.json,
 #                       wer_testset_en_greedy.json, mini_eval.json
-#   stream     ~5 min   reads drafters/medusa, trees/medusa_n4.json (2 threads); writes bench/stream_medusa_n4.json
+#   stream     ~3 min   reads drafters/medusa, trees/medusa_n4.json (2 threads); writes bench/stream_medusa_n4.json
 #                       (steps.stream), then ~4 min of graph-backend streams (onnx-loop, onnx; Medusa and shared
 #                       low-rank) and the threaded eager one: bench/stream_{onnx_loop,onnx}_*_n4.json,
 #                       stream_eager_threaded_medusa_n4.json (steps.stream_graph)
-#   backends   ~10 min  reads drafters/shared_low_rank, trees/shared_low_rank_n4.json; writes
+#   backends   ~4 min   reads drafters/shared_low_rank, trees/shared_low_rank_n4.json; writes
 #                       bench/backends_shared_low_rank_n4.json (Inductor and ONNX setup dominate)
-#   table3     ~40 min  reads drafters/medusa, trees/medusa_n16.json, recognizer; writes
+#   table3     ~33 min  reads drafters/medusa, trees/medusa_n16.json, recognizer; writes
 #                       bench/table3_medusa_n16.json (6 languages x 40 sentences x 2 seeds x AR/spec)
 #   spade      ~3 h     data/spade/README.md's commands: ablate (~1 h 50 min on 2 threads) and combined
 #                       were run on v3; `spade all` (results.*) still holds the v1 run, untested on v3;
@@ -52,8 +51,8 @@
 # measurements), the others do not, so run the timing ones first and the rest in two lanes, e.g.
 #   bash scripts/rederive_world.sh spec stream backends && { bash scripts/rederive_world.sh lossless \
 #     intelligibility & bash scripts/rederive_world.sh table3; wait; }   # then spade rehearsal ...
-# (manifest writes are serialised with flock). v3's timings (spec's bench spec, stream, backends) ran
-# with the box's other job paused (SIGSTOP); TIMING_NOTE records how the machine was kept quiet.
+# (manifest writes are serialised with flock). v4's timings (spec's bench spec, stream, backends) ran
+# with nothing else of ours running; TIMING_NOTE records how the machine was kept quiet.
 # Opt-in stages (never in the default list):
 #   anchor     ~10-20 min docs/measurements/gate_anchor_committed_world.json (scripts/mini_gate.py --world)
 #   demo       ~4-10 min `rvqspec demo` timed (README Quickstart quotes `make demo` on a fresh clone)
@@ -61,9 +60,9 @@
 #              only (re)write that manifest step from the files on disk (e.g. after a failed record)
 #
 # Environment: RVQSPEC, PY, WORK (logs, default runs/rederive), SPEC_RUNS (default runs/spec_new, as
-# recorded), CAST_DRAFTERS (spec: drafters stored in bfloat16, e.g. medusa for the 1,024-code world),
-# SPEC_TIMING_BUDGETS (spec: the wall-clock budgets, default "4 16" as recorded), EVAL_DIR (mini
-# evaluate's folder, default runs/v3/eval_strict, as recorded),
+# recorded), CAST_DRAFTERS (spec: drafters stored in bfloat16, default medusa as recorded; empty: none),
+# SPEC_TIMING_BUDGETS (spec: the wall-clock budgets, default "3 4 16" as recorded), EVAL_DIR (mini
+# evaluate's folder, default runs/v4/eval, as recorded),
 # PROFILE_ACCEPTANCE (default runs/real_mini_out/acceptance_lr1e-2.json, from `rehearsal`),
 # AR_FRAME_GRAPH=1 (backends: also re-measure the model-independent ar_frame_graph_0.6b.json),
 # TIMING_NOTE (appended in parentheses to the recorded timing commands, e.g. "the other job paused
@@ -78,15 +77,17 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 WORK=${WORK:-runs/rederive}
 LOGS=$WORK/logs
 SPEC_RUNS=${SPEC_RUNS:-runs/spec_new}
-EVAL_DIR=${EVAL_DIR:-runs/v3/eval_strict}
+EVAL_DIR=${EVAL_DIR:-runs/v4/eval}
+# Medusa's heads over 1,024 codes are 10.5 M parameters: stored in bfloat16 to keep data/ <= 80 MB
+CAST_DRAFTERS=${CAST_DRAFTERS-medusa}
 M=data/mini/model
 D=data/mini
 B=$D/bench
 DRAFTERS=(offsets per_position low_rank medusa shared_low_rank)  # Table 2
 SPEC_KINDS=(medusa offsets shared_low_rank)  # wall clock: the strongest, the seed's method, ours
-# SPEC_TIMING_BUDGETS="3 4 16" adds N = 3 (a chain of three drafts, one node cheaper than N = 4: the verify
+# N = 3 beside 4 and 16 (a chain of three drafts, one node cheaper than N = 4: the verify
 # call is compute-bound on this box; `bench spec` grows a tree the acceptance bench did not sweep)
-read -r -a SPEC_BUDGETS <<<"${SPEC_TIMING_BUDGETS:-4 16}"
+read -r -a SPEC_BUDGETS <<<"${SPEC_TIMING_BUDGETS:-3 4 16}"
 LOSSLESS=(medusa)                            # the drafter of Table 3 and streaming
 WER_LANGS=(en de es ru ja zh)
 export WORK

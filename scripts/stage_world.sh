@@ -31,10 +31,23 @@ mkdir -p "$ROOT"
 # the datasets caches (cache-*.arrow) are rebuilt on load and ignored by git
 cp -a "$src" "$tmp"
 find "$tmp" -name 'cache-*.arrow' -delete
-hit=$(grep -rlE '(^|[^A-Za-z0-9_.:/-])/(work|tmp|home|root)/' --include='*.json' --include='*.md' "$tmp" | head -n 1 || true)
+# the first JSON or Markdown file naming a machine path (rvqspec.core.jsonfile.machine_paths, the
+# detector tests/test_no_absolute_paths.py runs over data/ and docs/), as "FILE: names PATH" with
+# FILE as the source names it
+hit=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "$tmp" <<'EOF'
+import sys
+from pathlib import Path
+from rvqspec.core.jsonfile import machine_paths
+root = Path(sys.argv[1])
+for f in sorted(root.rglob("*")):
+    if f.suffix in (".json", ".md") and f.is_file() and (found := machine_paths(f.read_text(errors="replace"))):
+        print(f"{f.relative_to(root).as_posix()}: names a machine path, {found[0]}")
+        break
+EOF
+)
 if [[ -n "$hit" ]]; then
     rm -rf "$tmp"
-    echo "stage_world: $hit: names a machine path (record paths relative to the checkout)" >&2
+    echo "stage_world: ${src%/}/$hit (record paths relative to the checkout)" >&2
     exit 2
 fi
 rm -rf "$dest"

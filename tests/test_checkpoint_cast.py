@@ -21,28 +21,53 @@ def _tensors(path: Path) -> dict[str, torch.Tensor]:
         return {k: h.get_tensor(k) for k in h.keys()}
 
 
+def _float32_source(tmp: Path) -> Path:
+    """The committed model (stored in bfloat16 since the v4 world) as a float32 checkpoint whose
+    weights are off the bfloat16 grid, as a freshly trained model's are: the cast must round them."""
+    from rvqspec.core.checkpoint import load_qwen3_tts, save_qwen3_tts
+
+    m = load_qwen3_tts(MODEL)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for part in (m.talker, m.code_predictor):
+            for t in part.state_dict().values():
+                t.add_(1e-4 * torch.randn(t.shape, generator=g))  # (shape of each tensor)
+    src = tmp / "fp32"
+    for f in MODEL.iterdir():  # tokenizer, recipe
+        if f.is_file() and f.name not in ("model.safetensors", "config.json"):
+            src.mkdir(parents=True, exist_ok=True)
+            (src / f.name).write_bytes(f.read_bytes())
+    return save_qwen3_tts(m, src)
+
+
 @pytest.fixture(scope="module")
-def cast(tmp_path_factory):
+def source(tmp_path_factory):
     if not (MODEL / "config.json").is_file():
         pytest.skip("data/mini/model is not built (run: rvqspec mini build)")
+    return _float32_source(tmp_path_factory.mktemp("source"))
+
+
+@pytest.fixture(scope="module")
+def cast(source, tmp_path_factory):
     out = tmp_path_factory.mktemp("cast") / "bf16"
-    res = CliRunner().invoke(app, ["mini", "cast", "--model", str(MODEL), "--out-dir", str(out)])
+    res = CliRunner().invoke(app, ["mini", "cast", "--model", str(source), "--out-dir", str(out)])
     assert res.exit_code == 0, res.output
     return out
 
 
-def test_cast_holds_the_rounded_tensors_under_the_same_names(cast):
-    src, dst = _tensors(MODEL), _tensors(cast)
+def test_cast_holds_the_rounded_tensors_under_the_same_names(source, cast):
+    src, dst = _tensors(source), _tensors(cast)
+    assert all(v.dtype == torch.float32 for v in src.values())
     assert src.keys() == dst.keys()
     assert all(v.dtype == torch.bfloat16 for v in dst.values())
     for k, v in src.items():
         assert torch.equal(dst[k], v.to(torch.bfloat16)), k
     # negative control: the float32 weights are not bf16-representable, so the copy does round
     assert any(not torch.equal(v.to(torch.bfloat16).float(), v.float()) for v in src.values())
-    w_src, w_dst = (p / "model.safetensors" for p in (MODEL, cast))
+    w_src, w_dst = (p / "model.safetensors" for p in (source, cast))
     assert w_dst.stat().st_size < 0.55 * w_src.stat().st_size
     assert json.loads((cast / "config.json").read_text())["dtype"] == "bfloat16"
-    for f in MODEL.iterdir():  # tokenizer, recipe: byte for byte
+    for f in source.iterdir():  # tokenizer, recipe: byte for byte
         if f.name not in ("model.safetensors", "config.json"):
             assert (cast / f.name).read_bytes() == f.read_bytes(), f.name
 
@@ -82,16 +107,24 @@ def test_drafter_cast_keeps_its_metadata_and_loads_the_rounded_weights(tmp_path)
 
     if not DRAFTER.is_file():
         pytest.skip("data/mini/drafters/medusa.safetensors is not built")
+    cp = load_qwen3_tts(MODEL, parts=("code_predictor",)).code_predictor
+    # the committed heads are stored in bfloat16 already: a float32 copy off that grid, as trained
+    trained = load_drafter(DRAFTER, cp)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for t in trained.state_dict().values():
+            t.add_(1e-4 * torch.randn(t.shape, generator=g))
+    fp32 = tmp_path / "medusa_fp32.safetensors"
+    trained.save(fp32, cp)
     out = tmp_path / "medusa_bf16.safetensors"
-    res = CliRunner().invoke(app, ["spec", "cast", "--drafter", str(DRAFTER), "--out", str(out)])
+    res = CliRunner().invoke(app, ["spec", "cast", "--drafter", str(fp32), "--out", str(out)])
     assert res.exit_code == 0, res.output
-    with safe_open(str(DRAFTER), framework="pt") as a, safe_open(str(out), framework="pt") as b:
+    with safe_open(str(fp32), framework="pt") as a, safe_open(str(out), framework="pt") as b:
         assert a.metadata() == b.metadata()
         assert set(a.keys()) == set(b.keys())
         src = {k: a.get_tensor(k) for k in a.keys()}
         assert all(b.get_tensor(k).dtype == torch.bfloat16 for k in b.keys())
-    assert out.stat().st_size < 0.55 * DRAFTER.stat().st_size
-    cp = load_qwen3_tts(MODEL, parts=("code_predictor",)).code_predictor
+    assert out.stat().st_size < 0.55 * fp32.stat().st_size
     loaded = load_drafter(out, cp).state_dict()  # raises if the model hash no longer matched
     assert all(v.dtype == torch.float32 for v in loaded.values())
     for k, v in src.items():

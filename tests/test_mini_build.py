@@ -290,7 +290,7 @@ def test_talker_dropout_changes_training_and_is_recorded(toy, tmp_path):
     from rvqspec.core.checkpoint import load_qwen3_tts
 
     paths, _ = toy
-    cfg = replace(tt.MiniModelConfig.toy(), steps=3)
+    cfg = replace(tt.MiniModelConfig.toy(), steps=3, text_parts=False)  # the plain table: the control
     tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "plain", config=cfg, tokenizer_path=paths.tokenizer)
     tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "drop", config=replace(cfg, talker_dropout=0.3),
                         tokenizer_path=paths.tokenizer)
@@ -351,7 +351,7 @@ def test_text_parts_training_saves_the_official_layout_with_a_parts_table(toy, t
     from rvqspec.mini.text_parts import part_index
 
     paths, _ = toy
-    cfg = replace(tt.MiniModelConfig.toy(), steps=3)
+    cfg = replace(tt.MiniModelConfig.toy(), steps=3, text_parts=False)  # the plain table: the control
     tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "plain", config=cfg, tokenizer_path=paths.tokenizer)
     tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "parts", config=replace(cfg, text_parts=True),
                         tokenizer_path=paths.tokenizer)

@@ -2,24 +2,16 @@
 such a path differs per checkout, leaks a machine's layout and points nowhere for a reader."""
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from rvqspec.core.jsonfile import portable_path
+from rvqspec.core.jsonfile import machine_paths, portable_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".md", ".json", ".html", ".txt", ".csv"}
-# an absolute path starts a quoted string, follows whitespace/punctuation, or opens a line; URLs
-# (https://host/tmp/...) are not paths of this machine, so a preceding host name is excluded
-ABSOLUTE = re.compile(r"(?<![\w.:/-])(/(?:work|tmp|home|root|Users|mnt|var/folders|private/tmp|scratch)/[^\s\"'<>)]*"
-                      r"|[A-Za-z]:\\\\?Users\\[^\s\"'<>]*)")
-
-
-def absolute_paths(text: str) -> list[str]:
-    return ABSOLUTE.findall(text)
+absolute_paths = machine_paths  # the detector lives in the package: scripts/stage_world.sh uses it too
 
 
 def committed_text_files(*folders: str) -> list[Path]:

@@ -12,7 +12,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "rederive_world.sh"
-STEPS = ("spec", "lossless", "intelligibility", "stream", "backends", "table3")
+STEPS = ("spec", "lossless", "intelligibility", "stream", "stream_graph", "backends", "table3")  # manifest steps
+STAGES = ("check", "spec", "lossless", "intelligibility", "stream", "backends", "table3", "spade", "rehearsal", "verify")
+# (the stream stage records two steps: stream, and the graph-backend streams as stream_graph)
 
 
 def _bare(cmd):  # the trailing "(how it was run)" note is free text, the command is not
@@ -31,7 +33,7 @@ def test_script_parses_and_lists_its_stages(tmp_path):
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
     r = _run("list", tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
-    for stage in ("check", *STEPS, "spade", "rehearsal", "verify"):
+    for stage in STAGES:
         assert re.search(rf"^  {stage} ", r.stdout, re.M), stage
     bad = _run("bogus", tmp_path=tmp_path)
     assert bad.returncode == 2 and "unknown stage 'bogus'" in bad.stderr
@@ -41,7 +43,7 @@ def test_script_parses_and_lists_its_stages(tmp_path):
 def test_dry_record_rebuilds_the_committed_entry(step, tmp_path):
     manifest = REPO / "data" / "mini" / "manifest.json"
     before = manifest.read_bytes()
-    r = _run(f"record-{step}", tmp_path=tmp_path, DRY_RECORD="1", SKIP_CHECK="1")
+    r = _run(f"record-{step.replace('_', '-')}", tmp_path=tmp_path, DRY_RECORD="1", SKIP_CHECK="1")
     assert r.returncode == 0, r.stderr
     assert manifest.read_bytes() == before
     entry = json.loads(r.stdout[r.stdout.index("{"):r.stdout.rindex("}") + 1])[step]

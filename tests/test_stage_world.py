@@ -45,7 +45,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_the_staged_copy_alone(tmp_path)
     (src / "bench" / "x.json").write_text('{"out": "/work/someone/x.json"}')
     (src / "bench" / "y.json").write_text('{"out": "/tmp/y.json"}')  # two offenders: still one line naming one
     for args, says in [((str(no_manifest),), "manifest.json: no manifest"), ((str(src), "bad-name"), "name 'bad-name'"),
-                       ((str(src), "w1"), ".json: names a machine path")]:
+                       ((str(src), "w1"), "bench/x.json: names a machine path, /work/someone/x.json")]:
         r = _stage(tmp_path, *args)
         assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
     assert not (tmp_path / "staged" / "w1" / "bench").exists()  # the refused copy did not replace the staged one

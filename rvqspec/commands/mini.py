@@ -31,13 +31,13 @@ def build_command(
                                              "frozen talker's states after the joint training (default: "
                                              "MiniModelConfig's, 0)."),
     codebook_size: int = typer.Option(None, "--codebook-size", min=2,
-                                      help="Codec step: codes per level (default: CodecConfig's, 256)."),
+                                      help="Codec step: codes per level (default: CodecConfig's, 1,024; the toy's 16)."),
     points: int = typer.Option(None, "--points",
                                help="Corpus step: phonemes per frame in the talker's tokens, 2 (pairs) or 4 "
-                                    "(quarter-resolved) (default: CorpusConfig's, 2)."),
+                                    "(quarter-resolved) (default: CorpusConfig's, 4)."),
     text_parts: bool = typer.Option(None, "--text-parts/--text-table",
                                     help="Model step: train the text table as quarter-frame phoneme parts, or "
-                                         "one free row per token (default: MiniModelConfig's, the table)."),
+                                         "one free row per token (default: MiniModelConfig's, the parts)."),
     model_steps: int = typer.Option(None, "--model-steps", min=1,
                                     help="Model step: joint training steps (default: MiniModelConfig's, 6000)."),
     model_threads: int = typer.Option(None, "--model-threads", min=1,

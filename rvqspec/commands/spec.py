@@ -86,7 +86,8 @@ def _tree_from_acceptance(acc: dict, source: Path, drafter_name: str, budget: in
                                  "and no acceptance table to grow one from")
     try:
         table = AcceptanceTable.from_json(entry["acceptance"], f"{source}: drafters.{drafter_name}.acceptance")
-        return SparseTree.grow(table.acc, budget, max_depth=K)
+        # one table row per drafted depth: the drafter's num_offsets, the depth the bench grew with
+        return SparseTree.grow(table.acc, budget, max_depth=len(table.totals))
     except (ValueError, TreeError) as e:
         raise typer.BadParameter(f"{source}: drafters.{drafter_name}: cannot grow a tree of N={budget}: {e}") from e
 
@@ -132,12 +133,13 @@ def register(app: typer.Typer) -> None:
         shards: Path = typer.Option(..., help="Teacher-forced shard directory."),
         out: Path = opt.out(..., "Output drafter file (.safetensors)."),
         kind: str = typer.Option(_D.kind, help="offsets | per_position | low_rank | shared_low_rank | medusa."),
-        epochs: Optional[int] = typer.Option(None, help="Epochs (default: DrafterTrainConfig)."),
+        epochs: Optional[int] = typer.Option(None, min=1, help="Epochs (default: DrafterTrainConfig)."),
         max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
+        lr: Optional[float] = typer.Option(None, help="Adam learning rate (default: DrafterTrainConfig, the seed's 1e-3)."),
         loss_out: Optional[Path] = typer.Option(None, help="Write the loss curve JSON here."),
         threads: int = opt.threads(),
     ) -> None:
-        """Train a drafter over the frozen code predictor (Adam 1e-3, batch 32)."""
+        """Train a drafter over the frozen code predictor (Adam 1e-3, batch 32: seed 000 §2.2)."""
         from dataclasses import replace
 
         import torch
@@ -145,10 +147,12 @@ def register(app: typer.Typer) -> None:
         from rvqspec.core.drafters import make_drafter
         from rvqspec.measure.train_drafter import DrafterTrainConfig, train_drafter
 
+        if lr is not None and not lr > 0:
+            raise typer.BadParameter(f"--lr must be > 0, got {lr}")
         torch.set_num_threads(threads)
         cp = _load_cp(model_dir)
         cfg = DrafterTrainConfig()
-        cfg = replace(cfg, epochs=epochs or cfg.epochs, max_steps=max_steps)
+        cfg = replace(cfg, epochs=epochs or cfg.epochs, max_steps=max_steps, lr=lr or cfg.lr)
         d, losses = train_drafter(make_drafter(kind, cp), cp, shards, cfg)
         d.save(out, cp)
         if loss_out:

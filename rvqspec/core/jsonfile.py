@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -81,6 +82,18 @@ def atomic_dir(directory: str | os.PathLike) -> Iterator[Path]:
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# A path of one machine inside committed text: it starts a quoted string, follows whitespace or
+# punctuation, or opens a line; URLs (https://host/tmp/...) name no path here, so a preceding host
+# name is excluded. tests/test_no_absolute_paths.py scans data/ and docs/ with it, and
+# scripts/stage_world.sh refuses a staged world whose JSON or Markdown it finds in.
+MACHINE_PATH = re.compile(r"(?<![\w.:/-])(/(?:work|tmp|home|root|Users|mnt|var/folders|private/tmp|scratch)/[^\s\"'<>)]*"
+                          r"|[A-Za-z]:\\\\?Users\\[^\s\"'<>]*)")
+
+
+def machine_paths(text: str) -> list[str]:
+    """Every machine path `text` names (MACHINE_PATH), in order."""
+    return MACHINE_PATH.findall(text)
 
 
 def portable_path(path: str | os.PathLike | None) -> str | None:

@@ -65,16 +65,17 @@ class BuildConfig:
     # 2-core machine running them side by side halves the build's longest stretch (only with a
     # one-thread model step: `side_step`)
     parallel: bool = True
-    # the committed world's phonetic level 0 (CodecConfig.level0_lda; docs/design.md, "Mini world v3"):
+    # the committed world's phonetic level 0 (CodecConfig.level0_lda; docs/design.md, "Mini world v3", kept in v4):
     # free-running English CER 45.0% -> 36.2% against the plain residual level 0 (0)
     level0_lda: int = 64  # 0: plain residual k-means at level 0 (CodecConfig's own default)
     # model step: code-predictor steps on the frozen talker after the joint training
     # (MiniModelConfig.cp_refine_steps; docs/design.md, "A code predictor trained for more epochs")
     cp_refine_steps: int | None = None  # None: the model config's own
-    # the next world's levers, off by default until data/mini is rebuilt with them (docs/design.md,
-    # "The talker's text table as phoneme parts"): codes per level (CodecConfig.codebook_size),
-    # phonemes per frame in the talker's tokens (CorpusConfig.tokenizer_points) and the text table
-    # trained as quarter-frame parts (MiniModelConfig.text_parts); None keeps each config's own
+    # the levers that made the mini world v4 (docs/design.md, "The talker's text table as phoneme
+    # parts"), each defaulting to its config's own (the v4 recipe; None keeps it): codes per level
+    # (CodecConfig.codebook_size), phonemes per frame in the talker's tokens
+    # (CorpusConfig.tokenizer_points) and the text table trained as quarter-frame parts
+    # (MiniModelConfig.text_parts)
     codebook_size: int | None = None
     tokenizer_points: int | None = None
     text_parts: bool | None = None

@@ -56,7 +56,10 @@ class CodecConfig:
     sample_rate: int = 16000
     frame_rate: float = 12.5  # Hz -> hop of 1280 samples (Qwen3-TTS-Tokenizer-12Hz)
     num_codebooks: int = 16  # c0..c15
-    codebook_size: int = 256  # codes fit uint8: the committed corpus stays small
+    # codes per level: 1,024, the mini world v4's (docs/design.md, "The next world built at full scale"):
+    # more codes per level leave the talker less of the mel to guess; corpus codes are int16, the
+    # committed codebooks float16 (`rvqspec mini cast --codec`) to keep data/ small
+    codebook_size: int = 1024
     # feature design: `subframes` log-mel spectra per frame, each from an `n_fft` window
     subframes: int = 4  # 20 ms sub-frame hop
     n_fft: int = 640  # 40 ms analysis window
@@ -108,7 +111,7 @@ class CodecConfig:
     # assigns. At gate scale, d = 64 took free-running English CER from 48.0% to 28.8% and c0 alone
     # from 31.0% to 15.3% (docs/measurements/intelligibility/level0_lda64.json, scripts/level0_gate.py).
     # 0 = level 0 is residual k-means like every other level (the v2 world's codec); the mini build
-    # uses 64 (BuildConfig.level0_lda, the committed v3 world).
+    # uses 64 (BuildConfig.level0_lda, since the v3 world).
     level0_lda: int = 0
     seed: int = 0
 

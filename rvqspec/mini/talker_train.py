@@ -62,7 +62,7 @@ class MiniModelConfig:
     weight_decay: float = 0.01
     # Residual dropout in the talker's layers while training (CodeDecoder.residual_dropout): the
     # talker over-fits its text (validation c0 well above training at every gate scale). 0: none
-    # (the v3 world's recipe).
+    # (the v3 and v4 worlds' recipe).
     talker_dropout: float = 0.0
     cp_loss_weight: float = 1.0
     # Exposure bias through the residual channel: free-running, the talker reads its own predicted
@@ -79,7 +79,7 @@ class MiniModelConfig:
     # Train the text-embedding table as a sum of quarter-frame phoneme parts
     # (rvqspec.mini.text_parts): a rare pair token borrows from its phonemes' frames. The saved
     # table is the plain (V, D) one. False: one free row per token (the v3 world's recipe).
-    text_parts: bool = False
+    text_parts: bool = True
     # corpus splits the model trains on: `model_train` (all six languages) and, by default, `train`
     # (English): the drafters' teacher-forced split. A real TTS model has usually heard its offset
     # training audio too (seed 000 trains offsets on VoxPopuli); calibration, validation and eval
@@ -88,7 +88,7 @@ class MiniModelConfig:
     cp_frames: int = 128  # frames per step for the code-predictor loss (it dominates the compute)
     # After the joint steps: the code predictor alone for this many steps of `cp_frames` frames on
     # the frozen talker's cached states of the training frames (rvqspec.mini.predictor_refine; no
-    # talker pass per step, about 3 steps per second on one core). 0: none (the v3 world's recipe).
+    # talker pass per step, about 3 steps per second on one core). 0: none (the v3 and v4 worlds' recipe).
     cp_refine_steps: int = 0
     cp_refine_lr: float = 1e-3
     max_frames: int = 80  # longer utterances are cropped to a random window

@@ -585,7 +585,7 @@ class CorpusConfig:
     broad_words: int = DEFAULT_WORDS  # ranks of each frequency list the word-list sentences use
     # phonemes per frame in the talker's tokens (rvqspec.mini.phonemes): 2 = the pair at 1/4 and
     # 3/4, 4 = quarter-resolved (where in the frame a boundary falls)
-    tokenizer_points: int = 2
+    tokenizer_points: int = 4  # the mini world v4's (2: v3's)
     split_languages: dict = field(default_factory=lambda: {
         "model_train": "all", "train": "en", "validation": "en", "calibration": "en", "eval": "all"})
 

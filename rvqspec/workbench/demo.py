@@ -71,7 +71,14 @@ class DemoConfig:
     main_drafter: str = "offsets"             # the seed's method (iii)
     train_utterances: int = 400               # English train split (offsets are English-only, §2.2)
     validation_utterances: int = 40
-    train_steps: int = 400                    # Adam 1e-3, batch 32 (seed §2.2)
+    train_steps: int = 400                    # Medusa: Adam 1e-3, batch 32 (seed §2.2)
+    # the shift drafters (offsets, shared low-rank) start at zero and Adam moves each coordinate by
+    # about the learning rate per step, so 400 steps at the seed's 1e-3 leave them near zero
+    # (docs/design.md, "The offsets' training budget"); 600 steps at 5e-2 on the mini world come
+    # within 0.05 of the converged top-1 acceptance per depth (offsets 0.81 / 0.92 / 0.96 against
+    # 0.86 / 0.94 / 0.98; `spec calibrate`, docs/measurements/world_v4/offsets_budget/demo_recipe.json)
+    shift_train_steps: int = 600
+    shift_lr: float = 5e-2
     calibration_utterances: int = 60          # English calibration split -> acc[d, r] -> trees
     eval_utterances: int = 20                 # per language, eval split, free-running replay
     budgets: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
@@ -116,7 +123,8 @@ class DemoConfig:
     @classmethod
     def quick(cls, **kw) -> "DemoConfig":
         """About a minute or two on 2 cores: every step runs, on a few utterances."""
-        base = dict(train_utterances=24, validation_utterances=6, train_steps=30, calibration_utterances=8,
+        base = dict(train_utterances=24, validation_utterances=6, train_steps=30, shift_train_steps=30,
+                    calibration_utterances=8,
                     eval_utterances=3, budgets=(4, 16), default_N=16, profile_calls=20, wer_utterances=1,
                     wer_seeds=(0,), ab_languages=("en",), drafters=("reused", "offsets"), mode="quick",
                     lossless_frames=400, lossless_control_frames=200, lossless_always_accept_frames=100,
@@ -301,8 +309,17 @@ def _cached_manifest(d: Demo, shard_dir: Path, key: dict) -> Path | None:
 def _train_key(d: Demo, name: str) -> dict:
     cfg = d.config
     manifest = json.loads((Path(d.state["shards_train"]) / "manifest.json").read_text())
-    return {"drafter": name, "steps": cfg.train_steps, "seed": cfg.seed, "frames": manifest["frames"],
+    steps, lr = _train_recipe(cfg, name)
+    return {"drafter": name, "steps": steps, "lr": lr, "seed": cfg.seed, "frames": manifest["frames"],
             "model_hash": manifest["model_hash"], "utterances": cfg.train_utterances}
+
+
+def _train_recipe(cfg: DemoConfig, name: str) -> tuple[int, float]:
+    """(steps, Adam learning rate) of one drafter: Medusa's heads start as the frozen heads and take
+    the seed's recipe; the shift drafters start at zero and take the shift recipe (DemoConfig)."""
+    if name == "medusa":
+        return cfg.train_steps, DrafterTrainConfig().lr
+    return cfg.shift_train_steps, cfg.shift_lr
 
 
 def step_train(d: Demo) -> dict:
@@ -321,7 +338,8 @@ def step_train(d: Demo) -> dict:
         else:
             drafter, losses = make_drafter(name, cp), []
             if name != "reused":  # (i) reuses the frozen heads as they are: zero offsets, nothing to train
-                tc = DrafterTrainConfig(max_steps=cfg.train_steps, epochs=1000, seed=cfg.seed, threads=cfg.threads)
+                steps, lr = _train_recipe(cfg, name)
+                tc = DrafterTrainConfig(lr=lr, max_steps=steps, epochs=1000, seed=cfg.seed, threads=cfg.threads)
                 drafter, losses = train_drafter(drafter, cp, d.state["shards_train"], tc)
             drafter.save(path, cp)
             side.write_text(json.dumps({"key": key, "losses": losses}))
@@ -622,7 +640,7 @@ def notebook_config(data_dir: str | None = None, out_dir: str = "runs/nb", n_utt
     base = dict(data_dir=data_dir, out=str(Path(out_dir) / "report"), work=str(Path(out_dir) / "work"),
                 train_utterances=n_utterances, validation_utterances=max(2, n_utterances // 4),
                 calibration_utterances=max(2, n_utterances // 2), eval_utterances=max(1, n_utterances // 4),
-                train_steps=steps, threads=threads, seed=seed, mode="notebook")
+                train_steps=steps, shift_train_steps=steps, threads=threads, seed=seed, mode="notebook")
     base.update(kw)
     return DemoConfig.quick(**base)
 
