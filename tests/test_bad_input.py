@@ -126,6 +126,8 @@ CASES = [
                              "--source", "bogus"], "bogus"),
     ("spec-train-kind", ["spec", "train", "--model", str(MODEL), "--shards", ("missing", "shards"),
                          "--out", ("missing", "d.safetensors"), "--kind", "bogus"], "bogus"),
+    ("spec-train-lr", ["spec", "train", "--model", str(MODEL), "--shards", ("missing", "shards"),
+                       "--out", ("missing", "d.safetensors"), "--lr", "0"], "--lr"),
     ("spec-calibrate-corrupt-drafter", ["spec", "calibrate", "--model", str(MODEL), "--shards", ("missing", "shards"),
                                         "--out", ("missing", "a.json"), "--drafter", P("corrupt.safetensors")],
      "corrupt.safetensors"),

@@ -95,6 +95,12 @@ def test_cli_pipeline(ckpt, tmp_path):
     out = ok(["spec", "train", "--model", ckpt, "--shards", tmp_path / "tf", "--out", tmp_path / "d.safetensors",
               "--kind", "offsets", "--epochs", "2"])
     assert json.loads(out[out.rindex('{"out"'):])["steps"] == 2  # 27 frames / batch 32 = 1 step per epoch
+    # --lr reaches Adam: from zero, each of its first steps moves a coordinate by about the rate
+    ok(["spec", "train", "--model", ckpt, "--shards", tmp_path / "tf", "--out", tmp_path / "fast.safetensors",
+        "--kind", "offsets", "--epochs", "2", "--lr", "0.05"])
+    from safetensors.torch import load_file
+    slow, fast = (load_file(str(tmp_path / f))["offsets"].abs().max() for f in ("d.safetensors", "fast.safetensors"))
+    assert 0 < slow <= 2.5e-3 and 2.5e-2 < fast <= 0.125, (slow, fast)
     ok(["spec", "calibrate", "--model", ckpt, "--shards", tmp_path / "fr", "--out", tmp_path / "acc.json",
         "--drafter", tmp_path / "d.safetensors", "--max-rank", "4"])
     ok(["spec", "grow-tree", "--acceptance", tmp_path / "acc.json", "--out", tmp_path / "tree.json", "--budget", "5"])

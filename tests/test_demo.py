@@ -9,7 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from rvqspec.workbench.demo import NOT_AVAILABLE, Demo, DemoConfig, Step, StepUnavailable, notebook_config
+from rvqspec.workbench.demo import (NOT_AVAILABLE, Demo, DemoConfig, Step, StepUnavailable, _train_recipe,
+                                    notebook_config)
 from rvqspec.workbench.report import render_report
 
 
@@ -62,8 +63,14 @@ def test_configs_keep_defaults_in_one_place():
     assert q.mode == "quick" and q.main_drafter in q.drafters and q.default_N in q.budgets
     nb = notebook_config(out_dir="x", n_utterances=12, steps=7)
     assert nb.train_steps == 7 and nb.train_utterances == 12 and nb.work.endswith("work")
+    assert nb.shift_train_steps == 7  # the notebooks' `steps` bounds every drafter's training
     full = DemoConfig()
     assert full.main_drafter in full.drafters and full.default_N in full.budgets
+    # Medusa's heads start as the frozen heads: the seed's recipe; the shift drafters start at zero
+    assert _train_recipe(full, "medusa") == (full.train_steps, 1e-3)
+    assert _train_recipe(full, "offsets") == _train_recipe(full, "shared_low_rank") == (full.shift_train_steps,
+                                                                                         full.shift_lr)
+    assert full.shift_lr > 1e-3
     assert set(full.ab_languages) <= set(full.languages)
 
 
