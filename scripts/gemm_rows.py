@@ -11,7 +11,6 @@ thread, and reports the median microseconds and the ratio to q = 1 for each weig
 """
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from rvqspec.core.jsonfile import write_json_atomic
 
 # (out, in) of the mini code predictor's weights (rvqspec/mini/talker_train.py: 192 wide, MLP 576):
 # q/k/v/o projections, the MLP's up and down projections, and one codebook head of 256 (v3) or
@@ -70,12 +71,9 @@ def main(argv=None) -> int:
            "threads": a.threads, "repeats": a.repeats, "inner": a.inner, "torch": torch.__version__,
            "shapes": {k: list(v) for k, v in SHAPES.items()}, "rows": list(ROWS),
            "by_dtype": {d: measure(a.repeats, a.inner, getattr(torch, d)) for d in (a.dtype or ["float32"])}}
-    text = json.dumps(res, indent=1)
     if a.out:
-        tmp = a.out.with_name(a.out.name + ".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, a.out)
-    print(text)
+        write_json_atomic(a.out, res, indent=1)
+    print(json.dumps(res, indent=1))
     return 0
 
 

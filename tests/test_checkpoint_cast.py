@@ -21,17 +21,22 @@ def _tensors(path: Path) -> dict[str, torch.Tensor]:
         return {k: h.get_tensor(k) for k in h.keys()}
 
 
+def _off_the_bf16_grid(tensors) -> None:
+    """Nudge float32 tensors (read back from a bfloat16 file) off the bfloat16 grid in place, as a
+    freshly trained model's weights are: a cast of them must round."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for t in tensors:
+            t.add_(1e-4 * torch.randn(t.shape, generator=g))  # (shape of each tensor)
+
+
 def _float32_source(tmp: Path) -> Path:
     """The committed model (stored in bfloat16 since the v4 world) as a float32 checkpoint whose
     weights are off the bfloat16 grid, as a freshly trained model's are: the cast must round them."""
     from rvqspec.core.checkpoint import load_qwen3_tts, save_qwen3_tts
 
     m = load_qwen3_tts(MODEL)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for part in (m.talker, m.code_predictor):
-            for t in part.state_dict().values():
-                t.add_(1e-4 * torch.randn(t.shape, generator=g))  # (shape of each tensor)
+    _off_the_bf16_grid([t for part in (m.talker, m.code_predictor) for t in part.state_dict().values()])
     src = tmp / "fp32"
     for f in MODEL.iterdir():  # tokenizer, recipe
         if f.is_file() and f.name not in ("model.safetensors", "config.json"):
@@ -110,10 +115,7 @@ def test_drafter_cast_keeps_its_metadata_and_loads_the_rounded_weights(tmp_path)
     cp = load_qwen3_tts(MODEL, parts=("code_predictor",)).code_predictor
     # the committed heads are stored in bfloat16 already: a float32 copy off that grid, as trained
     trained = load_drafter(DRAFTER, cp)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for t in trained.state_dict().values():
-            t.add_(1e-4 * torch.randn(t.shape, generator=g))
+    _off_the_bf16_grid(trained.state_dict().values())
     fp32 = tmp_path / "medusa_fp32.safetensors"
     trained.save(fp32, cp)
     out = tmp_path / "medusa_bf16.safetensors"

@@ -11,9 +11,6 @@ from rvqspec.core.jsonfile import machine_paths, portable_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".md", ".json", ".html", ".txt", ".csv"}
-absolute_paths = machine_paths  # the detector lives in the package: scripts/stage_world.sh uses it too
-
-
 def committed_text_files(*folders: str) -> list[Path]:
     out = subprocess.run(["git", "ls-files", "--", *folders], cwd=ROOT, capture_output=True, text=True, check=True)
     return [ROOT / f for f in out.stdout.splitlines() if Path(f).suffix.lower() in TEXT_SUFFIXES]
@@ -23,10 +20,10 @@ def test_detector_finds_paths_and_spares_urls_and_relative_paths():
     # negative controls: each of these must be flagged
     for bad in ('"drafter": "/work/main/data/mini/drafters/offsets.safetensors"', "see /tmp/ecvq/acceptance.json",
                 "(/home/alice/rvqspec/runs/x.json)", "/root/.cache/x", '"C:\\\\Users\\\\bob\\\\x"'):
-        assert absolute_paths(bad), bad
+        assert machine_paths(bad), bad
     for good in ("data/mini/drafters/offsets.safetensors", "https://example.org/tmp/x", "runs/spade/tmp/x.json",
                  "a ratio 1/2", "docs/measurements/skewed_codec/acceptance.json"):
-        assert not absolute_paths(good), good
+        assert not machine_paths(good), good
 
 
 def test_no_absolute_machine_paths_in_data_and_docs():
@@ -35,7 +32,7 @@ def test_no_absolute_machine_paths_in_data_and_docs():
     hits = []
     for f in files:
         text = f.read_text(errors="replace")
-        hits += [f"{f.relative_to(ROOT)}: {p}" for p in absolute_paths(text)[:3]]
+        hits += [f"{f.relative_to(ROOT)}: {p}" for p in machine_paths(text)[:3]]
     assert not hits, "absolute machine paths in committed files:\n" + "\n".join(hits)
 
 
@@ -49,4 +46,4 @@ def test_portable_path_strips_the_machine_prefix(tmp_path):
     outside = tmp_path / "elsewhere" / "x.json"
     assert portable_path(outside) in ("x.json", outside.relative_to(Path.cwd().resolve()).as_posix()
                                       if str(outside).startswith(str(Path.cwd().resolve())) else "x.json")
-    assert not absolute_paths(portable_path(outside))
+    assert not machine_paths(portable_path(outside))
