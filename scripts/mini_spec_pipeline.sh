@@ -13,16 +13,13 @@ CAST_DRAFTERS=${CAST_DRAFTERS:-}
 mkdir -p "$R" "$D/drafters" "$D/trees" "$D/bench"
 $RV spec extract --model "$M" --out-dir "$R/tf_train" --split train --lang en --source teacher_forced
 $RV spec extract --model "$M" --out-dir "$R/fr_calib" --split calibration --lang en --source free_running --seed 0
-# The shift drafters (offsets, per-position, low-rank, shared low-rank) start at zero and Adam moves
-# each coordinate by about the learning rate per step: one epoch of the English train split (about
-# 1,250 steps) at the seed's 1e-3 leaves the offsets near norm 14, far from where they converge
-# (about 100; docs/design.md, "The offsets' training budget": Table 2's offsets 1.07 -> 2.55 tokens per
-# call at N = 16). They train to convergence, 3 epochs at 1e-2; Medusa's heads start as copies of
-# the frozen heads (drafter (i)) and train with the seed's recipe.
-SHIFT_TRAIN=(--lr 0.01 --epochs 3)
+# Each drafter trains with its own recipe (`spec train` without --lr / --epochs;
+# rvqspec.measure.train_drafter.recipe_for): the shift drafters (offsets, per-position, low-rank,
+# shared low-rank) start at zero and train to convergence, 3 epochs at 1e-2; Medusa's heads start as
+# copies of the frozen heads (drafter (i)) and take the seed's 1e-3 for one epoch (docs/design.md,
+# "The offsets' training budget": at the seed's recipe Table 2's offsets drafted 1.07 tokens per call).
 for k in offsets per_position low_rank medusa shared_low_rank; do
-  recipe=(); [[ $k == medusa ]] || recipe=("${SHIFT_TRAIN[@]}")
-  $RV spec train --model "$M" --shards "$R/tf_train" --kind $k "${recipe[@]}" --out "$D/drafters/$k.safetensors" --loss-out "$R/loss_$k.json"
+  $RV spec train --model "$M" --shards "$R/tf_train" --kind $k --out "$D/drafters/$k.safetensors" --loss-out "$R/loss_$k.json"
   if [[ " $CAST_DRAFTERS " == *" $k "* ]]; then
     $RV spec cast --drafter "$D/drafters/$k.safetensors" --out "$R/$k.bf16.safetensors"
     mv "$R/$k.bf16.safetensors" "$D/drafters/$k.safetensors"

@@ -95,12 +95,15 @@ def test_cli_pipeline(ckpt, tmp_path):
     out = ok(["spec", "train", "--model", ckpt, "--shards", tmp_path / "tf", "--out", tmp_path / "d.safetensors",
               "--kind", "offsets", "--epochs", "2"])
     assert json.loads(out[out.rindex('{"out"'):])["steps"] == 2  # 27 frames / batch 32 = 1 step per epoch
-    # --lr reaches Adam: from zero, each of its first steps moves a coordinate by about the rate
-    ok(["spec", "train", "--model", ckpt, "--shards", tmp_path / "tf", "--out", tmp_path / "fast.safetensors",
-        "--kind", "offsets", "--epochs", "2", "--lr", "0.05"])
+    # --lr reaches Adam: from zero, each of its first steps moves a coordinate by about the rate; without
+    # it the offsets take their recipe's 1e-2 (recipe_for), not the seed's 1e-3
+    for name, lr in (("seed", "0.001"), ("fast", "0.05")):
+        ok(["spec", "train", "--model", ckpt, "--shards", tmp_path / "tf", "--out", tmp_path / f"{name}.safetensors",
+            "--kind", "offsets", "--epochs", "2", "--lr", lr])
     from safetensors.torch import load_file
-    slow, fast = (load_file(str(tmp_path / f))["offsets"].abs().max() for f in ("d.safetensors", "fast.safetensors"))
-    assert 0 < slow <= 2.5e-3 and 2.5e-2 < fast <= 0.125, (slow, fast)
+    seed, default, fast = (load_file(str(tmp_path / f))["offsets"].abs().max()
+                           for f in ("seed.safetensors", "d.safetensors", "fast.safetensors"))
+    assert 0 < seed <= 2.5e-3 < default <= 2.5e-2 < fast <= 0.125, (seed, default, fast)
     ok(["spec", "calibrate", "--model", ckpt, "--shards", tmp_path / "fr", "--out", tmp_path / "acc.json",
         "--drafter", tmp_path / "d.safetensors", "--max-rank", "4"])
     ok(["spec", "grow-tree", "--acceptance", tmp_path / "acc.json", "--out", tmp_path / "tree.json", "--budget", "5"])

@@ -10,8 +10,9 @@ from _tiny_cp import randomize_drafter, tiny_code_predictor
 from rvqspec.core.config import CodePredictorConfig
 from rvqspec.core.drafters import (DrafterError, LowRankOffsets, MedusaHeads, PerPositionOffsets, PositionOffsets,
                               SharedLowRankOffsets,
-                              code_predictor_parameters, load_drafter, make_drafter)
+                              code_predictor_parameters, drafter_class, load_drafter, make_drafter)
 from rvqspec.core.model import MultiCodeDecoder
+from rvqspec.measure.train_drafter import CONVERGED_SHIFT, DrafterTrainConfig, recipe_for
 
 KINDS = ["reused", "offsets", "per_position", "low_rank", "shared_low_rank", "medusa"]
 
@@ -135,3 +136,23 @@ def test_load_errors(cp, tmp_path):
         load_drafter(tmp_path / "missing.safetensors")
     with pytest.raises(DrafterError, match="unknown drafter"):
         make_drafter("eagle", cp)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_training_recipe_follows_where_the_drafter_starts(cp, kind):
+    """Medusa's heads start as the frozen heads and take the seed's recipe; every drafter that starts
+    at zero (the reused heads (i) plus its added parameters) takes the converged shift budget."""
+    d = make_drafter(kind, cp)
+    assert type(d) is drafter_class(kind)
+    # what "starts at zero" means: the added shift (offsets, and the low-rank map's up-projection) is 0;
+    # Medusa's heads are copies of the frozen heads, far from zero
+    shifts = [t for n, t in d.named_parameters() if n in ("offsets", "up")]
+    assert d.starts_at_zero == (bool(shifts) and all(torch.count_nonzero(t) == 0 for t in shifts))
+    r = recipe_for(d)
+    if kind == "medusa":
+        assert not d.starts_at_zero and r == DrafterTrainConfig()
+    else:
+        assert d.starts_at_zero and (r.lr, r.epochs) == (CONVERGED_SHIFT["lr"], CONVERGED_SHIFT["epochs"])
+        assert r.lr > DrafterTrainConfig().lr and r.batch_size == DrafterTrainConfig().batch_size
+    with pytest.raises(DrafterError, match="unknown drafter"):
+        drafter_class("nope")

@@ -133,27 +133,32 @@ def register(app: typer.Typer) -> None:
         shards: Path = typer.Option(..., help="Teacher-forced shard directory."),
         out: Path = opt.out(..., "Output drafter file (.safetensors)."),
         kind: str = typer.Option(_D.kind, help="offsets | per_position | low_rank | shared_low_rank | medusa."),
-        epochs: Optional[int] = typer.Option(None, min=1, help="Epochs (default: DrafterTrainConfig)."),
+        epochs: Optional[int] = typer.Option(None, min=1, help="Epochs (default: the drafter's recipe, "
+                                                                "rvqspec.measure.train_drafter.recipe_for)."),
         max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
-        lr: Optional[float] = typer.Option(None, help="Adam learning rate (default: DrafterTrainConfig, the seed's 1e-3)."),
+        lr: Optional[float] = typer.Option(None, help="Adam learning rate (default: the drafter's recipe: the "
+                                                       "seed's 1e-3 for Medusa, 1e-2 for the shift drafters)."),
         loss_out: Optional[Path] = typer.Option(None, help="Write the loss curve JSON here."),
         threads: int = opt.threads(),
     ) -> None:
-        """Train a drafter over the frozen code predictor (Adam 1e-3, batch 32: seed 000 §2.2)."""
+        """Train a drafter over the frozen code predictor (Adam, batch 32: seed 000 §2.2). Medusa takes
+        the seed's 1e-3 for one epoch; the shift drafters, which start at zero, 1e-2 for 3 epochs
+        (docs/design.md, "The offsets' training budget")."""
         from dataclasses import replace
 
         import torch
 
         from rvqspec.core.drafters import make_drafter
-        from rvqspec.measure.train_drafter import DrafterTrainConfig, train_drafter
+        from rvqspec.measure.train_drafter import recipe_for, train_drafter
 
         if lr is not None and not lr > 0:
             raise typer.BadParameter(f"--lr must be > 0, got {lr}")
         torch.set_num_threads(threads)
         cp = _load_cp(model_dir)
-        cfg = DrafterTrainConfig()
+        drafter = make_drafter(kind, cp)
+        cfg = recipe_for(drafter)
         cfg = replace(cfg, epochs=epochs or cfg.epochs, max_steps=max_steps, lr=lr or cfg.lr)
-        d, losses = train_drafter(make_drafter(kind, cp), cp, shards, cfg)
+        d, losses = train_drafter(drafter, cp, shards, cfg)
         d.save(out, cp)
         if loss_out:
             write_json_atomic(loss_out, {"kind": kind, "losses": losses})

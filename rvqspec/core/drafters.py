@@ -61,6 +61,10 @@ class Drafter(nn.Module):
     or override `head_logits`."""
 
     kind: str = "base"
+    # True: the drafter starts as the reused heads (i) with its added parameters at zero, so Adam has
+    # to carry them the whole way out (about the learning rate per step), and the training recipe
+    # takes that budget (rvqspec.measure.train_drafter.recipe_for)
+    starts_at_zero: bool = True
 
     def __init__(self, num_offsets: int, hidden_size: int, vocab_size: int):
         super().__init__()
@@ -229,6 +233,7 @@ class MedusaHeads(Drafter):
     """K fresh Medusa heads per codebook position (ii), 15 K heads (45 at K = 3)."""
 
     kind = "medusa"
+    starts_at_zero = False  # its heads start as copies of the frozen heads (`from_code_predictor`)
 
     def __init__(self, num_offsets: int = K, hidden_size: int = 1024, vocab_size: int = 2048):
         super().__init__(num_offsets, hidden_size, vocab_size)
@@ -265,6 +270,15 @@ KINDS: dict[str, type[Drafter]] = {c.kind: c for c in (PositionOffsets, PerPosit
                                                        SharedLowRankOffsets, MedusaHeads)}
 # CLI / bench names -> (kind, seed 000 Table 2 label)
 LABELS = DRAFTER_LABELS
+
+
+def drafter_class(name: str) -> type[Drafter]:
+    """The class `make_drafter(name, ...)` builds (the reused heads (i) are the offsets at zero)."""
+    if name == "reused":
+        return PositionOffsets
+    if name not in KINDS:
+        raise DrafterError(f"unknown drafter {name!r}; known: {sorted(LABELS)}")
+    return KINDS[name]
 
 
 def make_drafter(name: str, code_predictor, num_offsets: int = K, **kw) -> Drafter:

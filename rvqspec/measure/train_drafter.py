@@ -10,7 +10,7 @@ K = 3), in nats, so they read against log V (5.5 for the mini's 256 codes) and a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +28,19 @@ class DrafterTrainConfig:
     max_steps: int | None = None  # stop early after this many steps (None: all epochs)
     seed: int = 0
     threads: int | None = 1       # torch threads while training (the team's machine has 2 cores)
+
+
+# The shift drafters' budget on a train split of the mini world's size (about 1,250 steps an epoch):
+# trained from zero at the seed's 1e-3 for one epoch, the offsets stay near norm 15 against hidden
+# states of about 40 and draft 1.08 tokens per call at N = 16; 3 epochs at 1e-2 converge (2.55, 94%
+# of Medusa). docs/design.md, "The offsets' training budget".
+CONVERGED_SHIFT = dict(lr=1e-2, epochs=3)
+
+
+def recipe_for(drafter: Drafter | type[Drafter], config: DrafterTrainConfig = DrafterTrainConfig()) -> DrafterTrainConfig:
+    """The training recipe of a drafter (instance or class): the seed's (`config`) for drafters that
+    start as the frozen heads (Medusa), the converged shift budget for those that start at zero."""
+    return replace(config, **CONVERGED_SHIFT) if drafter.starts_at_zero else config
 
 
 def targets_for(codes: torch.Tensor, num_offsets: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -37,7 +37,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 import rvqspec.measure.profile as profile
 from rvqspec.core.checkpoint import model_hash
 from rvqspec.core.defaults import DRAFTER_LABELS, choose_n_star
-from rvqspec.core.drafters import code_predictor_parameters, load_drafter, make_drafter
+from rvqspec.core.drafters import code_predictor_parameters, drafter_class, load_drafter, make_drafter
 from rvqspec.core.frame_loop import teacher_forced_frames
 from rvqspec.core.speculative import SpeculativeCodePredictor
 from rvqspec.core.tree import SparseTree
@@ -317,7 +317,7 @@ def _train_key(d: Demo, name: str) -> dict:
 def _train_recipe(cfg: DemoConfig, name: str) -> tuple[int, float]:
     """(steps, Adam learning rate) of one drafter: Medusa's heads start as the frozen heads and take
     the seed's recipe; the shift drafters start at zero and take the shift recipe (DemoConfig)."""
-    if name == "medusa":
+    if not drafter_class(name).starts_at_zero:
         return cfg.train_steps, DrafterTrainConfig().lr
     return cfg.shift_train_steps, cfg.shift_lr
 
