@@ -38,9 +38,10 @@
 #                       bench/backends_shared_low_rank_n4.json (Inductor and ONNX setup dominate)
 #   table3     ~33 min  reads drafters/medusa, trees/medusa_n16.json, recognizer; writes
 #                       bench/table3_medusa_n16.json (6 languages x 40 sentences x 2 seeds x AR/spec)
-#   spade      ~3 h     data/spade/README.md's commands: ablate (~1 h 50 min on 2 threads) and combined
-#                       were run on v3; `spade all` (results.*) still holds the v1 run, untested on v3;
-#                       writes data/spade/{results,ablation,combined}.*; reads bench/acceptance.json
+#   spade      ~2 h     data/spade/README.md's commands, run on v4 (2026-12-07): project (1 min),
+#                       ablate (1 h 15 min on 2 threads), its 1,000- and 4,000-step sweep (length.*) and combined;
+#                       writes data/spade/{projection,ablation,length,combined}.*; reads bench/acceptance.json
+#                       (v3's study, `spade all` and recipe runs: docs/measurements/world_v3/committed/spade/)
 #   rehearsal  ~30-45 min docs/real_weights.md rehearsal on the mini world (2 processes), into runs/real_mini*
 #   profiles   ~1 min   Figure 4 profiles re-scored with the rehearsal's acceptance (no timing)
 #   notebooks  ~10 min  papermill runs of notebooks/*.ipynb into runs/nb (nothing committed)
@@ -259,10 +260,10 @@ STREAM_EAGER_THREADED="$RV bench stream --drafter $D/drafters/medusa.safetensors
 BACKENDS_FILE=bench/backends_shared_low_rank_n4.json
 BACKENDS="$PY scripts/bench_backends_mini.py $D/$BACKENDS_FILE 60 spec,ar shared_low_rank 4"
 AR_GRAPH="$RV bench ar --frames 8 --warmup 2 --calls 40 --dtype float32 --threads 2 --frame-graph --json --out $B/ar_frame_graph_0.6b.json"
-SPADE_ALL="$RV spade all --runs runs/spade/all_v3 --wli-texts 16 --texts 30 --fresh"   # results.json config: wli_texts 16, texts 30, fresh
-SPADE_ABLATE="$RV spade ablate --runs runs/spade/v3 --wli-texts 16 --wli-seeds 2 --texts 40 --seeds 2 --steps 200 --timing-texts 4 --threads 2 --fresh --out data/spade/ablation.json"
-SPADE_LENGTH="$RV spade ablate --runs runs/spade/v3 --ratios 0.5 --no-ablations --sweep-steps 1000 --sweep-steps 4000 --wli-texts 16 --wli-seeds 2 --texts 40 --seeds 2 --steps 200 --timing-texts 0 --threads 2 --out data/spade/length.json"
-SPADE_COMBINED="$RV spade combined --student runs/spade/v3/variants/keep_50% --texts 8 --reps 5 --acceptance $B/acceptance.json --threads 1 --out data/spade/combined.json"
+SPADE_PROJECT="$RV spade project --tree-nodes 4 --reps 10 --threads 1 --out data/spade/projection.json"   # full-size timings, random weights
+SPADE_ABLATE="$RV spade ablate --runs runs/spade/v4 --wli-texts 16 --wli-seeds 2 --texts 40 --seeds 2 --steps 200 --timing-texts 4 --threads 2 --fresh --out data/spade/ablation.json"
+SPADE_LENGTH="$RV spade ablate --runs runs/spade/v4 --ratios 0.5 --no-ablations --sweep-steps 1000 --sweep-steps 4000 --wli-texts 16 --wli-seeds 2 --texts 40 --seeds 2 --steps 200 --timing-texts 0 --threads 2 --out data/spade/length.json"
+SPADE_COMBINED="$RV spade combined --student runs/spade/v4/variants/keep_50%_4000_steps --drafter $D/drafters/medusa.safetensors --tree $D/trees/medusa_n4.json --texts 8 --reps 5 --acceptance $B/acceptance.json --timings data/spade/projection.json --threads 1 --out data/spade/combined.json"
 PROFILE_ACCEPTANCE=${PROFILE_ACCEPTANCE:-runs/real_mini_out/acceptance_lr1e-2.json}
 
 # ------------------------------------------------------------------------------------------ stages
@@ -438,18 +439,18 @@ stage_table3() {
 }
 stage_record_table3() { record table3 "$(portable "$TABLE3_REC")"; }
 
-# spade: data/spade/README.md's commands. 1) `spade all` re-derives data/spade/results.{json,md,html}
-# and importance.html (9 WLI passes; 22 min on v3); 2) `spade ablate`, its steps sweep (length.*)
-# and 3) `spade combined` are the study on a talker worth pruning,
-# run on v3 with these commands (ablation: 13 evaluated models x 80 clips, ~5.5 min each, 9 WLI passes
-# x 32 clips, ~2 min each, 11 distillations of 200 steps, ~1.5 min each), written to
-# data/spade/ablation.{json,md} and combined.json. combined reads results.json's projection timings
-# and bench/acceptance.json. Read by: tests/test_spade_combined.py (results.json "projection"),
-# notebooks/07_spade (none committed), data/spade/README.md prose (hand edit afterwards).
+# spade: data/spade/README.md's commands, the study on the committed talker. 1) `spade project`
+# times the full-size talker (28 / 14 layers) and code predictor with random weights (the combined
+# run's projection reads it; run it on a quiet box); 2) `spade ablate` (importance, ratios, the
+# ablations at 50%: 12 evaluated students x 80 clips, 9 WLI passes x 32 clips, 11 distillations of
+# 200 steps), 3) its 1,000-step sweep (length.*, reusing 2's importance, students and clips) and
+# 4) `spade combined` (the 4,000-step student with Medusa at N = 4). Read by tests/test_spade_ablation.py,
+# tests/test_spade_combined.py, tests/test_demo.py, notebooks/07_spade, data/spade/README.md prose
+# (hand edit afterwards). v3's `spade all` and recipe runs are not re-derived.
 stage_spade() {
   require_current_drafters
   local t0=$SECONDS
-  run_cmd spade-all "$SPADE_ALL"
+  run_cmd spade-project "$SPADE_PROJECT"
   run_cmd spade-ablate "$SPADE_ABLATE"
   run_cmd spade-length "$SPADE_LENGTH"
   run_cmd spade-combined "$SPADE_COMBINED"
@@ -610,7 +611,7 @@ for p in sorted(B.glob("backends_*.json")):
         for be, r in rows.items():
             print(f"  {mo}/{be}: frame {r['frame_ms']} ms, calls/frame {r['calls_per_frame']}, tok/call {r['tokens_per_call']}, "
                   f"call {r.get('call_ms', '-')} ms, host {r.get('host_overhead_share', '-')}, vs eager {r.get('speedup_vs_eager', 1)}")
-for f in ("data/spade/results.md", "data/spade/ablation.md"):
+for f in ("data/spade/ablation.md", "data/spade/length.md"):
     if Path(f).is_file():
         print(f"== {f} (first lines)"); print("\n".join(Path(f).read_text().splitlines()[:12]))
 c = load("data/spade/combined.json")

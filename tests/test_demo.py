@@ -97,21 +97,26 @@ def test_demo_command_explains_a_missing_world(tmp_path):
 
 
 def test_spade_step_reads_the_committed_study_and_the_report_shows_it(tmp_path):
+    import shutil
     from pathlib import Path
 
     from rvqspec.workbench.demo import step_spade
 
     root = Path(__file__).resolve().parents[1]
-    out = step_spade(Demo(config=DemoConfig(spade_dir=str(root / "data" / "spade"))))
-    committed = json.loads((root / "data" / "spade" / "combined.json").read_text())
+    # the committed v4 study, with the v3 talker's recipe run beside it (a study folder may hold one)
+    study = tmp_path / "spade"
+    shutil.copytree(root / "data" / "spade", study)
+    shutil.copy(root / "docs" / "measurements" / "world_v3" / "committed" / "spade" / "recipe.json", study)
+    out = step_spade(Demo(config=DemoConfig(spade_dir=str(study))))
+    committed = json.loads((study / "combined.json").read_text())
     best = next(r for r in committed["rows"] if r["name"] == "pruned / speculative")
     assert f"{best['speedup_vs_teacher_ar']:.2f}x" in out["_step"]["note"]
     assert out["spade"]["source"] == {"ablation": "spade/ablation.json", "combined": "spade/combined.json",
                                       "length": "spade/length.json", "recipe": "spade/recipe.json"}
-    recipe = json.loads((root / "data" / "spade" / "recipe.json").read_text())
+    recipe = json.loads((study / "recipe.json").read_text())
     students = [r["model"] for r in recipe["rows"] if r.get("distillation")]
     assert students and [r["name"] for r in out["spade"]["ablation"]["rows"] if r["group"] == "recipe"] == students
-    length = json.loads((root / "data" / "spade" / "length.json").read_text())
+    length = json.loads((study / "length.json").read_text())
     steps = [r["name"] for r in length["rows"] if r["group"] == "steps"]
     assert steps and [r["name"] for r in out["spade"]["ablation"]["rows"] if r["group"] == "steps"] == steps
     html = render_report({"spade": out["spade"]}, tmp_path / "r").read_text()
@@ -119,5 +124,10 @@ def test_spade_step_reads_the_committed_study_and_the_report_shows_it(tmp_path):
     assert "fig-spade-ablation" in section and "fig-spade-combined" in section
     assert "spade/ablation.json" in section and "spade/recipe.json" in section
     assert all(f"Recipe {name} (" in section for name in students)
+    # the committed folder alone: the optional runs it lacks are not listed
+    plain = step_spade(Demo(config=DemoConfig(spade_dir=str(root / "data" / "spade"))))["spade"]["source"]
+    assert plain == {k: f"spade/{f}" for k, f in (("ablation", "ablation.json"), ("combined", "combined.json"),
+                                                   ("length", "length.json"), ("recipe", "recipe.json"))
+                     if (root / "data" / "spade" / f).is_file()}
     with pytest.raises(StepUnavailable, match="no committed SPADE result"):
         step_spade(Demo(config=DemoConfig(spade_dir=str(tmp_path / "none"))))

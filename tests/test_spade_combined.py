@@ -12,7 +12,8 @@ from rvqspec.spade.combined import PIPELINES, projection_from_acceptance
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "data" / "mini"
-TIMINGS = json.loads((ROOT / "data" / "spade" / "results.json").read_text())["projection"]
+# a `spade all` projection with tree timings at N = 16 and 32 (the v3 run; random full-size weights)
+TIMINGS = json.loads((ROOT / "docs" / "measurements" / "world_v3" / "committed" / "spade" / "results.json").read_text())["projection"]
 
 
 def _acceptance(tpc: dict[int, float], drafter="offsets"):

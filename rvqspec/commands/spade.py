@@ -381,8 +381,8 @@ def combined_cmd(
                                                          "projection with its tokens per call"),
     acceptance_drafter: Optional[str] = typer.Option(None, help="drafter entry of --acceptance (default: the "
                                                                 "preferred one present)"),
-    timings: Path = typer.Option(Path("data/spade/results.json"), help="projection timings: a `spade project` "
-                                                                       "JSON or a results.json with 'projection'"),
+    timings: Path = typer.Option(Path("data/spade/projection.json"), help="projection timings: a `spade project` "
+                                                                          "JSON or a results.json with 'projection'"),
     threads: int = opt.threads(),
     out: Path = opt.out(RUNS / "combined.json", "Results JSON."),
     as_json: bool = opt.as_json(),
