@@ -2,8 +2,10 @@
 
 Each drafted logit row at (position p, lookahead j) is scored with cross-entropy against the
 ground-truth code c_{p+j}; the loss is summed over j <= K and all valid positions (p + j <= 15) and
-averaged over the batch (Medusa's head recipe). Adam, learning rate 1e-3, batch 32 (the seed's
-values). Only the drafter's parameters receive gradients; the code predictor is frozen.
+averaged over the batch (Medusa's head recipe). Adam, batch 32; learning rate 1e-3 for one epoch (the
+seed's values) for Medusa, whose heads start as the frozen heads, and the converged budget for the
+drafters that start at zero (`recipe_for`). Only the drafter's parameters receive gradients; the code
+predictor is frozen.
 
 Losses are REPORTED per draft (the summed objective divided by the number of valid (p, j), 39 for
 K = 3), in nats, so they read against log V (5.5 for the mini's 256 codes) and across K.
