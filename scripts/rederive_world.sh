@@ -443,7 +443,7 @@ stage_record_table3() { record table3 "$(portable "$TABLE3_REC")"; }
 # times the full-size talker (28 / 14 layers) and code predictor with random weights (the combined
 # run's projection reads it; run it on a quiet box); 2) `spade ablate` (importance, ratios, the
 # ablations at 50%: 12 evaluated students x 80 clips, 9 WLI passes x 32 clips, 11 distillations of
-# 200 steps), 3) its 1,000-step sweep (length.*, reusing 2's importance, students and clips) and
+# 200 steps), 3) its 1,000- and 4,000-step sweep (length.*, reusing 2's importance, students and clips) and
 # 4) `spade combined` (the 4,000-step student with Medusa at N = 4). Read by tests/test_spade_ablation.py,
 # tests/test_spade_combined.py, tests/test_demo.py, notebooks/07_spade, data/spade/README.md prose
 # (hand edit afterwards). v3's `spade all` and recipe runs are not re-derived.

@@ -5,6 +5,7 @@ tests/test_notebooks.py (papermill) and `rvqspec demo --quick`."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -97,7 +98,6 @@ def test_demo_command_explains_a_missing_world(tmp_path):
 
 
 def test_spade_step_reads_the_committed_study_and_the_report_shows_it(tmp_path):
-    import shutil
     from pathlib import Path
 
     from rvqspec.workbench.demo import step_spade
