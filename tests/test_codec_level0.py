@@ -41,10 +41,10 @@ def tone_world():
     train = [utterance(np.random.default_rng(i)) for i in range(12)]
     test = [utterance(np.random.default_rng(100 + i)) for i in range(4)]
     fits = {}
-    for d in (0, 3):
-        cfg = CodecConfig(**SMALL, level0_lda=d)
-        fits[d] = RVQCodec(cfg).fit([a for a, _ in train], torch.Generator().manual_seed(0), progress=False,
-                                    labels=[lab for _, lab in train] if d else None)
+    for key, d, split in ((0, 0, False), (3, 3, False), ("split", 3, True)):
+        cfg = CodecConfig(**SMALL, level0_lda=d, level0_split=split)
+        fits[key] = RVQCodec(cfg).fit([a for a, _ in train], torch.Generator().manual_seed(0), progress=False,
+                                      labels=[lab for _, lab in train] if d else None)
     return fits, test
 
 
@@ -70,7 +70,7 @@ def test_lda_basis_finds_the_discriminant_direction_and_whitens():
 def test_level0_cells_follow_the_label_not_the_loudest_variance(tone_world):
     fits, test = tone_world
     labels = np.concatenate([lab for _, lab in test])
-    pur = {d: purity(torch.cat([codec.encode(a) for a, _ in test]), labels) for d, codec in fits.items()}
+    pur = {d: purity(torch.cat([codec.encode(a) for a, _ in test]), labels) for d, codec in fits.items() if d != "split"}
     # measured: plain 0.43 (the noise level splits the cells), discriminant 0.90; chance is 0.25
     assert pur[3] >= 0.8
     assert pur[0] <= 0.6, "negative control: plain k-means level 0 should not follow the tone"
@@ -88,6 +88,33 @@ def test_level0_codeword_is_the_mean_of_its_frames_and_decoding_is_the_rvq_sum(t
     feats = codec.standardize(codec.features(test[0][0]))
     e0 = (feats - codec.codebooks[0][codes[:, 0]]).pow(2).mean()
     assert (feats - x).pow(2).mean() < e0
+
+
+def test_split_level0_keeps_residuals_out_of_the_discriminant_span(tone_world, tmp_path):
+    """level0_split: the residual codewords have no component in span(level0_basis), so any residual
+    codes, right or wrong, leave the frame's discriminant coordinates where c0 put them; the plain
+    level-0 codec's residuals move them (the negative control)."""
+    fits, test = tone_world
+    split, plain = fits["split"], fits[3]
+    for codec, moves in ((split, False), (plain, True)):
+        along = codec.codebooks[1:] @ codec.level0_basis  # (Q-1, K, d) discriminant coordinates of residual codewords
+        scale = (codec.codebooks[0] @ codec.level0_basis).abs().max()
+        assert (along.abs().max() / scale > 1e-3) == moves  # measured: split ~1e-7, plain 0.03
+    # c0 and the discriminant coordinates are the same with true or scrambled residual codes
+    codes = split.encode(test[0][0])  # (T, 3)
+    scrambled = codes.clone()
+    scrambled[:, 1:] = torch.randint(0, 4, scrambled[:, 1:].shape, generator=torch.Generator().manual_seed(1))
+    z = lambda c: split.standardize(split.decode_features(c)) @ split.level0_basis  # (T, d)
+    assert torch.allclose(z(codes), z(scrambled), atol=1e-3)
+    # the residual levels still lower the error below level 0 alone, and the flag survives save/load
+    feats = split.standardize(split.features(test[0][0]))
+    x = sum(split.codebooks[q][codes[:, q]] for q in range(3))  # (T, D)
+    assert (feats - x).pow(2).mean() < (feats - split.codebooks[0][codes[:, 0]]).pow(2).mean()
+    split.save(tmp_path / "s")
+    back = RVQCodec.load(tmp_path / "s")
+    assert back.config.level0_split and torch.equal(back.encode(test[0][0]), codes)
+    with pytest.raises(CodecError, match="level0_split needs level0_lda > 0"):
+        CodecConfig(level0_split=True).validate()
 
 
 def test_level0_codec_saves_loads_and_encodes_identically(tone_world, tmp_path):

@@ -113,6 +113,12 @@ class CodecConfig:
     # 0 = level 0 is residual k-means like every other level (the v2 world's codec); the mini build
     # uses 64 (BuildConfig.level0_lda, since the v3 world).
     level0_lda: int = 0
+    # Split level 0 (Mimi's and Qwen3-TTS's tokenizers keep a semantic codebook apart from the
+    # acoustic RVQ): with level0_split the residual levels c1.. quantize only what lies outside the
+    # span of level 0's discriminant directions, so a wrong residual code cannot move the frame's
+    # discriminant (phonetic) coordinates; c0's codeword alone carries them. Needs level0_lda > 0.
+    # False: the residual levels quantize the whole residual (the v3 and v4 worlds' codec).
+    level0_split: bool = False
     seed: int = 0
 
     @property
@@ -150,6 +156,8 @@ class CodecConfig:
             raise CodecError(f"subframe_keep {self.subframe_keep} must lie in [0, subframes={self.subframes}]")
         if not 0 <= self.level0_lda <= self.code_dim:
             raise CodecError(f"level0_lda {self.level0_lda} must lie in [0, code_dim={self.code_dim}]")
+        if self.level0_split and not self.level0_lda:
+            raise CodecError("level0_split needs level0_lda > 0 (the subspace level 0 keeps to itself)")
 
     @classmethod
     def toy(cls) -> "CodecConfig":
@@ -403,6 +411,8 @@ class RVQCodec:
                                 c.rate_lambda)  # (K, D), (K,)
                 idx, _ = _assign(resid, cb, cost=rate_cost(lp, c.rate_lambda, resid.shape[1]))
             resid -= cb[idx]
+            if q == 0 and c.level0_split:
+                resid = self.acoustic_part(resid)
             books.append(cb)
             priors.append(lp)
             bar.set_postfix(codebook=q, resid=f"{resid.pow(2).mean().item():.3f}")
@@ -426,6 +436,12 @@ class RVQCodec:
         lp = (counts / x.shape[0]).clamp_min(1e-3 / x.shape[0]).log()  # (K,)
         return cb, lp, idx
 
+    def acoustic_part(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, D) with its component in the span of level0_basis removed (orthogonal projection):
+        what the residual levels of a level0_split codec quantize."""
+        q, _ = torch.linalg.qr(self.level0_basis)  # (D, d) orthonormal basis of the discriminant span
+        return x - (x @ q) @ q.T  # (N, D)
+
     # -- coding -----------------------------------------------------------------------------------
     def encode(self, audio) -> torch.Tensor:
         """(T, num_codebooks) long codes of 1-D 16 kHz audio, T = ceil(len / hop)."""
@@ -442,6 +458,8 @@ class RVQCodec:
             else:
                 idx, _ = _assign(resid, cb, cost=rate_cost(lp, self.config.rate_lambda, resid.shape[1]))
             resid = resid - cb[idx]
+            if q == 0 and self.config.level0_split:
+                resid = self.acoustic_part(resid)
             codes.append(idx)
         return torch.stack(codes, 1)  # (T, Q)
 
