@@ -18,6 +18,10 @@ Codec half: resynthesis, c0 alone, and c0 with c1..c15 copied from a random trai
 the same c0 (c0_shuffle: residuals that know only c0) through the committed recognizer. Model half:
 scripts/diagnose_intelligibility.py's decomposition on `--sentences` eval sentences.
 
+`--c0-sound-weight W` trains another model on an arm's codes with the sound-level term in the
+talker's c0 loss (MiniModelConfig.c0_sound_weight, rvqspec.mini.sound_groups; docs/design.md "A
+sound-level term in the talker's c0 loss"), compared with the arm's own model (weight 0).
+
 usage (the corpus first, then the two arms side by side, one core each):
     python scripts/split_codec_gate.py --corpus-only
     python scripts/split_codec_gate.py --arm base --out docs/measurements/intelligibility/split_level0/base.json
@@ -52,6 +56,9 @@ VARIANTS = ("resynth", "c0_only", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled",
 FALSIFIED_IF = ("the split arm's free-running CER is not at least 3 points below the base arm's of the same run, "
                 "or its resynthesis CER is more than 2 points above the base arm's")
 
+FALSIFIED_SOUND_IF = ("the sound-weighted model's free-running CER is not at least 3 points below that of the same "
+                      "arm's model without the term (same codes, same run of the harness)")
+
 
 def main(argv=None) -> dict | None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -60,6 +67,8 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--sentences", type=int, default=40)
     ap.add_argument("--corpus-model-train", type=int, default=2000)
+    ap.add_argument("--c0-sound-weight", type=float, default=MiniModelConfig.c0_sound_weight,
+                    help="the talker's sound-level c0 loss weight (MiniModelConfig.c0_sound_weight)")
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "gates" / "split_level0")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -90,19 +99,21 @@ def main(argv=None) -> dict | None:
         fit_codec(cfg, audio, arm, log, fitted=codec)  # encode every clip, save codec and corpus
     codec = RVQCodec.load(arm / "codec")
     vocab = PhonemeTokenizer.load(tok).vocab_size
-    codec_res = codec_half(arm / "corpus", codec, vocab, args.sentences)
-    log(f"codec half {codec_res['variants']}")
-    mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps)
-    model = arm / "model"
+    codec_res = None  # a sound-weight model reuses the arm's codes: its codec half is the arm's JSON's
+    if not args.c0_sound_weight:
+        codec_res = codec_half(arm / "corpus", codec, vocab, args.sentences)
+        log(f"codec half {codec_res['variants']}")
+    mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, c0_sound_weight=args.c0_sound_weight)
+    model = arm / ("model" + (f"_sound{args.c0_sound_weight:g}" if args.c0_sound_weight else ""))
     metrics = train_mini_model(arm / "corpus", arm / "codec", model, config=mcfg, tokenizer_path=tok)
     log(f"model trained {metrics}")
     diag = diagnose_intelligibility.main(str(model), args.sentences, None, VARIANTS, "eval", str(arm / "corpus"),
                                          codec_dir=str(arm / "codec"))
-    result = dict(arm=args.arm, codec_config=dataclasses.asdict(cfg), corpus_model_train=args.corpus_model_train,
+    result = dict(arm=args.arm, c0_sound_weight=args.c0_sound_weight, codec_config=dataclasses.asdict(cfg), corpus_model_train=args.corpus_model_train,
                   steps=args.steps, sentences=args.sentences, codec_half=codec_res, train_metrics=metrics,
                   variants=diag["variants"], seconds=round(time.time() - t0),
                   command="python scripts/split_codec_gate.py " + " ".join(argv or sys.argv[1:]),
-                  falsified_if=FALSIFIED_IF)
+                  falsified_if=FALSIFIED_SOUND_IF if args.c0_sound_weight else FALSIFIED_IF)
     write_json_atomic(args.out, result)
     log(f"wrote {args.out}")
     return result

@@ -421,3 +421,23 @@ def test_the_recognizer_trains_beside_the_model_only_when_the_model_has_one_thre
     assert side_step(BuildConfig(model_threads=2), both) is None  # would oversubscribe two cores
     assert side_step(BuildConfig(parallel=False), both) is None
     assert side_step(BuildConfig(), ("recognizer",)) is None
+
+
+def test_sound_weight_changes_the_talker_and_is_recorded(toy, tmp_path):
+    """`MiniModelConfig.c0_sound_weight` adds the sound-level c0 term (rvqspec.mini.sound_groups):
+    same seed and steps, other talker weights; 0 leaves the recipe as it was (the control)."""
+    from dataclasses import replace
+
+    import rvqspec.mini.talker_train as tt
+    from rvqspec.core.checkpoint import load_qwen3_tts
+
+    paths, _ = toy
+    cfg = replace(tt.MiniModelConfig.toy(), steps=3)
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "plain", config=cfg, tokenizer_path=paths.tokenizer)
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "again", config=cfg, tokenizer_path=paths.tokenizer)
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "sound", config=replace(cfg, c0_sound_weight=2.0),
+                        tokenizer_path=paths.tokenizer)
+    a, a2, b = (load_qwen3_tts(tmp_path / n) for n in ("plain", "again", "sound"))
+    assert all(torch.equal(p, q) for p, q in zip(a.talker.state_dict().values(), a2.talker.state_dict().values()))
+    assert any(not torch.equal(p, q) for p, q in zip(a.talker.state_dict().values(), b.talker.state_dict().values()))
+    assert json.loads((tmp_path / "sound" / "mini_model.json").read_text())["config"]["c0_sound_weight"] == 2.0

@@ -231,6 +231,17 @@ _STRESS = "',"
 _PAUSE_CHARS = set("_:|!^")  # a pause is "_" followed by these only ("_j" is ja's palatal glide)
 
 
+def centre_phoneme(token: str) -> str:
+    """The phoneme at a frame's centre from its token string: the third of a quarter token
+    (`en:a a b b` -> `b`, the phoneme at 5/8 of the frame), the second of a pair (`en:a b` -> `b`, at
+    3/4), the one phoneme of a single (`en:a`); special tokens and silent quarters are `<sil>`."""
+    if ":" not in token:
+        return SPECIAL_TOKENS[SIL]
+    parts = token.split(":", 1)[1].split(" ")
+    name = parts[2] if len(parts) == 4 else parts[-1]
+    return SPECIAL_TOKENS[SIL] if name == "-" else name
+
+
 def clean_phonemes(names: Sequence[str], lang: str) -> list[str]:
     """espeak-ng mnemonics -> the segmental phoneme sequence PER is computed on."""
     out = []

@@ -31,6 +31,7 @@ from rvqspec.mini.learned_codec import load_codec
 from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 from rvqspec.mini.predictor_refine import refine_code_predictor, talker_states
 from rvqspec.mini.schedule import warmup_cosine
+from rvqspec.mini.sound_groups import code_sound_groups, sound_group_loss
 from rvqspec.mini.text_parts import factorize, materialize
 
 NUM_SPECIAL_CODEC_TOKENS = 8  # pad, bos, eos, think, nothink, think_bos, think_eos, spare
@@ -64,6 +65,10 @@ class MiniModelConfig:
     # talker over-fits its text (validation c0 well above training at every gate scale). 0: none
     # (the v3 and v4 worlds' recipe).
     talker_dropout: float = 0.0
+    # Weight of the sound-level term in the talker's c0 loss (rvqspec.mini.sound_groups): -log of
+    # the c0 law's mass on the codes of the true code's sound, beside the plain cross-entropy.
+    # 0: none (the v3 and v4 worlds' recipe).
+    c0_sound_weight: float = 0.0
     cp_loss_weight: float = 1.0
     # Exposure bias through the residual channel: free-running, the talker reads its own predicted
     # c1..c15 of the previous frame, which the code predictor gets mostly wrong. With probability
@@ -231,6 +236,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     if max(int(c.max()) for c in codes) >= cb:
         raise ValueError(f"{corpus_dir}: codes exceed the codec's codebook_size {cb}")
 
+    groups = code_sound_groups(texts, codes, tokenizer.tokens, cb) if cfg.c0_sound_weight else None  # (K,)
     g = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     talker, cp = CodeDecoder(qcfg.talker), MultiCodeDecoder(qcfg.code_predictor)
@@ -254,8 +260,11 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
         text, code, valid = training_batch(texts, codes, idx, cfg.max_frames, rng, cfg.text_lead)
         noisy = (corrupt_history(code, cb, cfg.history_noise, cfg.c0_history_noise, g)
                  if cfg.history_noise or cfg.c0_history_noise else None)
-        l0, lc = losses(talker, cp, text, code, valid, cfg.cp_frames, g, input_codes=noisy)
+        hidden, logits = teacher_forced_talker(talker, cp, text, code if noisy is None else noisy)
+        l0, lc = losses_from_talker(cp, hidden, logits, code, valid, cfg.cp_frames, g)
         loss = l0 + cfg.cp_loss_weight * lc
+        if cfg.c0_sound_weight:
+            loss = loss + cfg.c0_sound_weight * sound_group_loss(logits[valid], code[..., 0][valid], groups)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
