@@ -20,7 +20,9 @@ scripts/diagnose_intelligibility.py's decomposition on `--sentences` eval senten
 
 `--c0-sound-weight W` trains another model on an arm's codes with the sound-level term in the
 talker's c0 loss (MiniModelConfig.c0_sound_weight, rvqspec.mini.sound_groups; docs/design.md "A
-sound-level term in the talker's c0 loss"), compared with the arm's own model (weight 0).
+sound-level term in the talker's c0 loss"), compared with the arm's own model (weight 0);
+`--talker-hidden H` / `--talker-layers L` one with a wider or deeper talker (the code predictor as wide
+as the talker, the 0.6B layout's identity projection; MLPs 3x the width), compared the same way.
 
 usage (the corpus first, then the two arms side by side, one core each):
     python scripts/split_codec_gate.py --corpus-only
@@ -56,8 +58,8 @@ VARIANTS = ("resynth", "c0_only", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled",
 FALSIFIED_IF = ("the split arm's free-running CER is not at least 3 points below the base arm's of the same run, "
                 "or its resynthesis CER is more than 2 points above the base arm's")
 
-FALSIFIED_SOUND_IF = ("the sound-weighted model's free-running CER is not at least 3 points below that of the same "
-                      "arm's model without the term (same codes, same run of the harness)")
+FALSIFIED_MODEL_IF = ("the model arm's free-running CER is not at least 3 points below that of the same codec "
+                      "arm's plain model (same codes, seed and steps)")
 
 
 def main(argv=None) -> dict | None:
@@ -69,6 +71,9 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--corpus-model-train", type=int, default=2000)
     ap.add_argument("--c0-sound-weight", type=float, default=MiniModelConfig.c0_sound_weight,
                     help="the talker's sound-level c0 loss weight (MiniModelConfig.c0_sound_weight)")
+    ap.add_argument("--talker-hidden", type=int, default=MiniModelConfig.talker_hidden,
+                    help="talker (and code predictor) width; MLPs 3x")
+    ap.add_argument("--talker-layers", type=int, default=MiniModelConfig.talker_layers)
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "gates" / "split_level0")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -99,21 +104,29 @@ def main(argv=None) -> dict | None:
         fit_codec(cfg, audio, arm, log, fitted=codec)  # encode every clip, save codec and corpus
     codec = RVQCodec.load(arm / "codec")
     vocab = PhonemeTokenizer.load(tok).vocab_size
-    codec_res = None  # a sound-weight model reuses the arm's codes: its codec half is the arm's JSON's
-    if not args.c0_sound_weight:
+    width = args.talker_hidden
+    mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, c0_sound_weight=args.c0_sound_weight,
+                               talker_layers=args.talker_layers, talker_hidden=width, talker_mlp=3 * width,
+                               cp_hidden=width, cp_mlp=3 * width)
+    suffix = ((f"_sound{args.c0_sound_weight:g}" if args.c0_sound_weight else "")
+              + (f"_w{width}" if width != MiniModelConfig.talker_hidden else "")
+              + (f"_l{args.talker_layers}" if args.talker_layers != MiniModelConfig.talker_layers else ""))
+    model_arm = bool(suffix)  # another model on the arm's codes, compared with the arm's plain model
+    codec_res = None  # a model arm reuses the arm's codes: its codec half is in the arm's own JSON
+    if not model_arm:
         codec_res = codec_half(arm / "corpus", codec, vocab, args.sentences)
         log(f"codec half {codec_res['variants']}")
-    mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, c0_sound_weight=args.c0_sound_weight)
-    model = arm / ("model" + (f"_sound{args.c0_sound_weight:g}" if args.c0_sound_weight else ""))
+    model = arm / ("model" + suffix)
     metrics = train_mini_model(arm / "corpus", arm / "codec", model, config=mcfg, tokenizer_path=tok)
     log(f"model trained {metrics}")
     diag = diagnose_intelligibility.main(str(model), args.sentences, None, VARIANTS, "eval", str(arm / "corpus"),
                                          codec_dir=str(arm / "codec"))
-    result = dict(arm=args.arm, c0_sound_weight=args.c0_sound_weight, codec_config=dataclasses.asdict(cfg), corpus_model_train=args.corpus_model_train,
+    result = dict(arm=args.arm, c0_sound_weight=args.c0_sound_weight, talker_hidden=width,
+                  talker_layers=args.talker_layers, codec_config=dataclasses.asdict(cfg), corpus_model_train=args.corpus_model_train,
                   steps=args.steps, sentences=args.sentences, codec_half=codec_res, train_metrics=metrics,
                   variants=diag["variants"], seconds=round(time.time() - t0),
                   command="python scripts/split_codec_gate.py " + " ".join(argv or sys.argv[1:]),
-                  falsified_if=FALSIFIED_SOUND_IF if args.c0_sound_weight else FALSIFIED_IF)
+                  falsified_if=FALSIFIED_MODEL_IF if model_arm else FALSIFIED_IF)
     write_json_atomic(args.out, result)
     log(f"wrote {args.out}")
     return result
