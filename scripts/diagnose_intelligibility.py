@@ -7,6 +7,9 @@ corpus's frame t describe the same phoneme):
   tf_c0_true     teacher-forced talker on the true history, true c0, code predictor sampled
   tf_c0_sampled  teacher-forced talker on the true history, c0 sampled, code predictor sampled
                  (per-frame errors without drift)
+  tf_c0_greedy   as tf_c0_sampled with the talker's most likely c0 (its mode, not its spread)
+  tf_c0_sampled_alone  the talker's sampled c0 as in tf_c0_sampled, every residual level at its
+                 smallest codeword (c0_only's counterpart: the c0 draw without the predictor)
   free           free-running (the deployed loop)
   free_c0_greedy free-running, talker greedy, code predictor sampled
   free_greedy    free-running, both greedy
@@ -45,20 +48,23 @@ from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
 from rvqspec.real.asr import load_recognizer
 
 VARIANTS = ("resynth", "c0_only", "tf_levels_1", "tf_levels_6", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled",
-            "free", "free_c0_greedy", "free_greedy")
+            "tf_c0_greedy", "tf_c0_sampled_alone", "free", "free_c0_greedy", "free_greedy")
 
 
 @torch.inference_mode()
 def teacher_forced_codes(tts: MiniTTS, text: torch.Tensor, codes: torch.Tensor, sample_c0: bool,
-                         sampling: Sampling, g: torch.Generator) -> torch.Tensor:
-    """codes (T, 16): the talker reads the true history; c0 true or sampled; c1..c15 sampled."""
+                         sampling: Sampling, g: torch.Generator, c0_sampling: Sampling | None = None,
+                         residuals: torch.Tensor | None = None) -> torch.Tensor:
+    """codes (T, 16): the talker reads the true history; c0 true or drawn under `c0_sampling`
+    (default `sampling`); c1..c15 drawn from the code predictor, or the fixed (16,) `residuals`."""
     hidden, logits = teacher_forced_talker(tts.talker, tts.code_predictor, text.view(1, -1), codes.view(1, -1, 16))
     mask = codec_vocab_mask(tts.talker, tts.codebook_size)  # (V,)
     out = torch.empty_like(codes)  # (T, 16)
     for t in range(codes.shape[0]):
-        c0 = (sample_logits(logits[:, t] + mask, sampling, g).view(1, 1) if sample_c0
+        c0 = (sample_logits(logits[:, t] + mask, c0_sampling or sampling, g).view(1, 1) if sample_c0
               else codes[t:t + 1, :1])  # (1, 1)
-        rest = tts.code_predictor.generate_frame(hidden[:, t:t + 1], c0, sampling=sampling, generator=g)
+        rest = (residuals[1:] if residuals is not None
+                else tts.code_predictor.generate_frame(hidden[:, t:t + 1], c0, sampling=sampling, generator=g))
         out[t] = torch.cat([c0.view(1), rest.view(15)])
     return out
 
@@ -133,6 +139,10 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
                 codes = teacher_forced_levels(tts, text, true, int(v.rsplit("_", 1)[1]), sampling, g)
             elif v == "tf_cp_greedy":
                 codes = teacher_forced_codes(tts, text, true, False, greedy, g)
+            elif v == "tf_c0_greedy":  # the talker's mode on the true history, the predictor sampled
+                codes = teacher_forced_codes(tts, text, true, True, sampling, g, c0_sampling=greedy)
+            elif v == "tf_c0_sampled_alone":  # the talker's draw with no residuals: c0_only's counterpart
+                codes = teacher_forced_codes(tts, text, true, True, sampling, g, residuals=silent)
             elif v.startswith("tf_"):
                 codes = teacher_forced_codes(tts, text, true, v == "tf_c0_sampled", sampling, g)
             else:

@@ -7,11 +7,17 @@ cell is nearly a sound (level 0 is phonetic), so a different code of the same so
 a code of another sound costs a phoneme. This reads the teacher-forced talker (true history) on
 English eval sentences and splits its deployed law (rvqspec.core.sampling.Sampling: top-k 50,
 T = 0.9) over the codebook into: the true code, other codes of the frame's sound, codes of other
-sounds; separately for frames inside one phoneme and frames holding a boundary.
+sounds; separately for frames inside one phoneme and frames holding a boundary. The mass on other
+sounds is split again into the sounds of the frames within `NEIGHBOURS` frames either side (a
+boundary placed a frame early or late) and the rest (a sound the text does not put there).
 
 A frame's sound is the phoneme at its centre (`rvqspec.mini.phonemes.centre_phoneme`); a code's sound is the majority sound of the training
 frames (`model_train`, English) it takes. `true_code_same_sound` is the share of frames whose own
-corpus code has the frame's sound: the ceiling of the measure (codes are not pure).
+corpus code has the frame's sound: the ceiling of the measure (codes are not pure). The soft pair
+reads each code as its training frames' mix of sounds, P(sound | code), instead of its majority:
+`soft_law_frame_sound` is the chance that a code drawn from the law is a frame of the frame's sound,
+`soft_true_code_frame_sound` the same for the corpus's code (the ceiling); their gap is the sound
+the sampled c0 loses, free of the majority labels' noise.
 
 usage: python scripts/talker_c0_mass.py [--model DIR] [--corpus DIR] [--sentences 40] --out JSON
 """
@@ -33,12 +39,16 @@ from rvqspec.mini.phonemes import PhonemeTokenizer, centre_phoneme
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
 
 
+NEIGHBOURS = 2  # frames either side (160 ms): about one phoneme at espeak-ng's rate
+
+
 def boundary(token: str) -> bool:
     return ":" in token and len(set(token.split(":", 1)[1].split(" "))) > 1
 
 
-def code_sounds(corpus, tok: PhonemeTokenizer, size: int) -> tuple[np.ndarray, float]:
-    """(K,) majority sound id per c0 code over English model_train frames, and the codes' mean purity."""
+def code_sounds(corpus, tok: PhonemeTokenizer, size: int) -> tuple[np.ndarray, float, np.ndarray, list[str]]:
+    """Over English model_train frames: (K,) majority sound per c0 code, the codes' mean purity, and
+    (K, S) P(sound | code) over the S sounds listed (a code no frame takes: uniform)."""
     ds = corpus["model_train"].filter(lambda l: l == "en", input_columns="language", keep_in_memory=True)
     counts: dict[int, Counter] = defaultdict(Counter)
     for row in ds:
@@ -48,7 +58,16 @@ def code_sounds(corpus, tok: PhonemeTokenizer, size: int) -> tuple[np.ndarray, f
     out = np.array([counts[k].most_common(1)[0][0] if counts[k] else "" for k in range(size)], dtype=object)
     total = sum(sum(c.values()) for c in counts.values())
     purity = sum(c.most_common(1)[0][1] for c in counts.values() if c) / total
-    return out, float(purity)
+    sounds = sorted({snd for c in counts.values() for snd in c})
+    index = {snd: i for i, snd in enumerate(sounds)}
+    given = np.full((size, len(sounds)), 1.0 / len(sounds))  # (K, S)
+    for k, c in counts.items():
+        n = sum(c.values())
+        if n:
+            given[k] = 0.0
+            for snd, m in c.items():
+                given[k, index[snd]] = m / n
+    return out, float(purity), given, sounds
 
 
 @torch.inference_mode()
@@ -67,29 +86,39 @@ def main(argv=None) -> dict:
     corpus = load_corpus(corpus_dir)
     tok = PhonemeTokenizer.load(args.tokenizer or data / "phoneme_tokenizer.json")
     size = tts.codebook_size
-    sound_of_code, purity = code_sounds(corpus, tok, size)
+    sound_of_code, purity, sound_given_code, sounds = code_sounds(corpus, tok, size)
+    sound_index = {snd: i for i, snd in enumerate(sounds)}
     sampling = Sampling()
     mask = codec_vocab_mask(tts.talker, size)  # (V,)
     ev = corpus["eval"].filter(lambda l: l == "en", input_columns="language", keep_in_memory=True)
     ev = ev.select(range(min(args.sentences, len(ev))))
-    rows = defaultdict(list)  # kind -> per-frame (p_true, p_same_other, p_other, greedy_true, greedy_same, code_same)
+    rows = defaultdict(list)  # kind -> per-frame records in the order of `keys` below
     for row in ev:
         text = torch.as_tensor(row["phoneme_frames"], dtype=torch.long)  # (T,)
         codes = torch.as_tensor(np.asarray(row["codes"]), dtype=torch.long)  # (T, 16)
         _, logits = teacher_forced_talker(tts.talker, tts.code_predictor, text.view(1, -1), codes.view(1, -1, 16))
         p = probs(logits[0] + mask, sampling)[:, :size].double().numpy()  # (T, K) the deployed law
         greedy = logits[0, :, :size].argmax(-1).numpy()  # (T,)
-        for t, s in enumerate(tok.decode(row["phoneme_frames"])):
-            sound, c = centre_phoneme(s), int(codes[t, 0])
+        frame_tokens = tok.decode(row["phoneme_frames"])
+        frame_sounds = [centre_phoneme(s) for s in frame_tokens]
+        for t, s in enumerate(frame_tokens):
+            sound, c = frame_sounds[t], int(codes[t, 0])
             same = sound_of_code == sound  # (K,)
+            near = set(frame_sounds[max(0, t - NEIGHBOURS): t + NEIGHBOURS + 1]) - {sound}
+            p_near = float(p[t, np.isin(sound_of_code, list(near))].sum()) - (p[t, c] if sound_of_code[c] in near else 0.0)
             p_same = float(p[t, same].sum())
             p_true = float(p[t, c])
-            rec = (p_true, p_same - (p_true if same[c] else 0.0), 1.0 - p_same - (0.0 if same[c] else p_true),
-                   float(greedy[t] == c), float(same[greedy[t]]), float(same[c]))
+            p_other = 1.0 - p_same - (0.0 if same[c] else p_true)
+            # soft: the chance that a code drawn from the law (or the corpus's code) is a frame of this sound
+            col = sound_given_code[:, sound_index[sound]] if sound in sound_index else np.zeros(size)  # (K,)
+            rec = (p_true, p_same - (p_true if same[c] else 0.0), p_other, float(p_near), p_other - float(p_near),
+                   float(greedy[t] == c), float(same[greedy[t]]), float(same[c]),
+                   float(p[t] @ col), float(col[c]))
             rows["all"].append(rec)
             rows["boundary" if boundary(s) else "steady"].append(rec)
-    keys = ("p_true_code", "p_other_codes_same_sound", "p_other_sounds", "greedy_is_true_code",
-            "greedy_has_frame_sound", "true_code_same_sound")
+    keys = ("p_true_code", "p_other_codes_same_sound", "p_other_sounds", "p_neighbour_sounds", "p_distant_sounds",
+            "greedy_is_true_code",
+            "greedy_has_frame_sound", "true_code_same_sound", "soft_law_frame_sound", "soft_true_code_frame_sound")
     table = {kind: dict(frames=len(v), **{k: round(float(m), 4) for k, m in zip(keys, np.mean(v, axis=0))})
              for kind, v in rows.items()}
     result = dict(model=str(args.model or "data/mini/model"), corpus=portable_path(corpus_dir),

@@ -58,3 +58,22 @@ def test_a_bad_sampling_option_exits_2_with_one_line():
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "top_k" in r.stderr and "-3" in r.stderr
 
+
+
+def test_teacher_forced_c0_modes_greedy_is_the_mode_and_fixed_residuals_are_kept(world):
+    diag = load_script("diagnose_intelligibility")
+    tts, text, codes = world
+    greedy = Sampling(do_sample=False)
+    silent = diag.smallest_codewords(tts)  # (16,)
+    mode = diag.teacher_forced_codes(tts, text, codes, True, Sampling(), torch.Generator().manual_seed(0),
+                                     c0_sampling=greedy)
+    again = diag.teacher_forced_codes(tts, text, codes, True, Sampling(), torch.Generator().manual_seed(1),
+                                      c0_sampling=greedy)
+    assert torch.equal(mode[:, 0], again[:, 0])  # the mode does not depend on the generator
+    drawn = diag.teacher_forced_codes(tts, text, codes, True, Sampling(), torch.Generator().manual_seed(0))
+    assert not torch.equal(drawn[:, 0], mode[:, 0])  # negative control: 30 sampled c0s all at the mode
+    alone = diag.teacher_forced_codes(tts, text, codes, True, Sampling(), torch.Generator().manual_seed(0),
+                                      residuals=silent)
+    assert torch.equal(alone[:, 1:], silent[1:].expand(len(codes), 15))
+    assert not torch.equal(alone[:, 0], mode[:, 0])  # its c0s are drawn too
+    assert 0 <= int(alone.min()) and int(alone.max()) < tts.codebook_size
