@@ -7,7 +7,10 @@ splits into the sound part and the code-within-sound part; `sound_group_loss` is
 (the log of the c0 law's mass on the true code's group), which MiniModelConfig.c0_sound_weight adds
 to the talker's loss to weigh getting the sound right above getting the exact code right. Groups
 come from the training data only: a code's sound is the majority centre phoneme of the training
-frames it takes (`rvqspec.mini.phonemes.centre_phoneme`).
+frames it takes (`rvqspec.mini.phonemes.centre_phoneme`). Measured at gate scale, the term moves
+mass between codes of one sound and does not make free-running speech more intelligible (the
+talker's draws already carry the frame's sound as often as the corpus's codes do); it stays off
+(weight 0) in the build.
 """
 from __future__ import annotations
 
