@@ -64,9 +64,8 @@ FALSIFIED_IF = ("the split arm's free-running CER is not at least 3 points below
 FALSIFIED_MODEL_IF = ("the model arm's free-running CER is not at least 3 points below that of the same codec "
                       "arm's plain model (same codes, seed and steps)")
 GATE_SENTENCES, GATE_STEPS = 2000, 1500  # the gate scale every arm is compared at
-FALSIFIED_COVERAGE_IF = ("the arm with three times the sentences and steps is not at least 3 points of free-running "
-                         "CER below both the 2,000-sentence 1,500-step control and the 2,000-sentence model with "
-                         "the same steps")
+FALSIFIED_COVERAGE_IF = ("the arm at another scale is not at least 3 points of free-running CER below the "
+                         "2,000-sentence 1,500-step control (coverage/PREREG.md)")
 
 
 def main(argv=None) -> dict | None:
