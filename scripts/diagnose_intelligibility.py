@@ -47,6 +47,7 @@ from rvqspec.mini.pipeline import MiniTTS, default_data_dir
 from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
 from rvqspec.real.asr import load_recognizer
 
+SEED_STRIDE = 100_003  # seed s draws sentence i with generator seed i + SEED_STRIDE * s (no overlap below 100k)
 VARIANTS = ("resynth", "c0_only", "tf_levels_1", "tf_levels_6", "tf_cp_greedy", "tf_c0_true", "tf_c0_sampled",
             "tf_c0_greedy", "tf_c0_sampled_alone", "free", "free_c0_greedy", "free_greedy")
 
@@ -106,7 +107,7 @@ def feature_mse(codec, codes: torch.Tensor, true: torch.Tensor) -> float:
 def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
          variants: tuple[str, ...] = VARIANTS, split: str = "eval", corpus_dir: str | None = None,
          command: str | None = None, codec_dir: str | None = None, recognizer_dir: str | None = None,
-         sampling: Sampling = Sampling()) -> dict:
+         sampling: Sampling = Sampling(), seed: int = 0) -> dict:
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         print(f"unknown variant {bad[0]!r} (choose from {', '.join(VARIANTS)})", file=sys.stderr)
@@ -129,7 +130,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
         text = torch.as_tensor(row["phoneme_frames"], dtype=torch.long)  # (T,)
         true = torch.as_tensor(np.asarray(row["codes"]), dtype=torch.long)  # (T, 16)
         for v in variants:
-            g = torch.Generator().manual_seed(i)
+            g = torch.Generator().manual_seed(i + SEED_STRIDE * seed)  # seed 0: the sentence index
             if v == "resynth":
                 codes = true
             elif v == "c0_only":
@@ -161,7 +162,8 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
         table[v] = dict(per=s["per"], cer=s["cer"], wer=s["wer"], c0_agreement=float(np.mean(r["c0_agree"])),
                         feature_mse=float(np.mean(r["mse"])))
     result = dict(model=str(model_dir or "data/mini/model"), codec=str(codec_dir or "data/mini/codec"),
-                  recognizer=str(recognizer_dir or "data/mini/recognizer"), corpus=portable_path(corpus_dir), sentences=n, split=split, language="en", seed="sentence index",
+                  recognizer=str(recognizer_dir or "data/mini/recognizer"), corpus=portable_path(corpus_dir), sentences=n, split=split, language="en",
+                  seed="sentence index" if seed == 0 else f"sentence index + {SEED_STRIDE} x {seed}",
                   sampling=f"top-k {sampling.top_k}, top-p {sampling.top_p}, T = {sampling.temperature} "
                            "(talker and code predictor; rvqspec.core.sampling.Sampling)", variants=table,
                   **({} if command is None else {"command": command}))
@@ -185,6 +187,8 @@ if __name__ == "__main__":
     ap.add_argument("--top-k", type=int, default=Sampling.top_k, help="sampled variants' top-k (0: off)")
     ap.add_argument("--top-p", type=float, default=Sampling.top_p)
     ap.add_argument("--temperature", type=float, default=Sampling.temperature)
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed (0: each sentence's index, as every "
+                    "committed diagnosis)")
     ap.add_argument("--out", default=None, help="also write the JSON here (atomically)")
     a = ap.parse_args()
     try:
@@ -193,4 +197,5 @@ if __name__ == "__main__":
         print(f"bad sampling option: {e}", file=sys.stderr)
         raise SystemExit(2)
     main(a.model, a.sentences, a.out, tuple(a.variants.split(",")), a.split, a.corpus,
-         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]), a.codec, a.recognizer, sampling)
+         " ".join(["python scripts/diagnose_intelligibility.py"] + sys.argv[1:]), a.codec, a.recognizer, sampling,
+         a.seed)
