@@ -81,11 +81,13 @@ def main(argv=None) -> dict | None:
                     help="talker (and code predictor) width; MLPs 3x")
     ap.add_argument("--talker-layers", type=int, default=MiniModelConfig.talker_layers)
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "gates" / "split_level0")
+    ap.add_argument("--threads", type=int, default=MiniModelConfig.threads,
+                    help="torch threads for training and diagnosis (2 on an otherwise idle 2-core box)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if not args.corpus_only and (args.arm is None or args.out is None):
         ap.error("--arm and --out are needed unless --corpus-only")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     t0 = time.time()
     log = lambda m: print(f"[split gate {args.arm or 'corpus'} {time.time() - t0:6.0f}s] {m}", flush=True)
     tok = args.work / "phoneme_tokenizer.json"
@@ -113,7 +115,7 @@ def main(argv=None) -> dict | None:
     width = args.talker_hidden
     mcfg = dataclasses.replace(MiniModelConfig(), steps=args.steps, c0_sound_weight=args.c0_sound_weight,
                                talker_layers=args.talker_layers, talker_hidden=width, talker_mlp=3 * width,
-                               cp_hidden=width, cp_mlp=3 * width)
+                               cp_hidden=width, cp_mlp=3 * width, threads=args.threads)
     suffix = ((f"_sound{args.c0_sound_weight:g}" if args.c0_sound_weight else "")
               + (f"_w{width}" if width != MiniModelConfig.talker_hidden else "")
               + (f"_l{args.talker_layers}" if args.talker_layers != MiniModelConfig.talker_layers else "")
