@@ -24,8 +24,8 @@ sound-level term in the talker's c0 loss"), compared with the arm's own model (w
 `--talker-hidden H` / `--talker-layers L` one with a wider or deeper talker (the code predictor as wide
 as the talker, the 0.6B layout's identity projection; MLPs 3x the width), compared the same way.
 `--corpus-model-train N --steps S --work DIR` builds the gate at another scale (its own corpus and
-codec fit in DIR); `--steps S` alone trains another model on an arm's codes (docs/design.md "Context
-coverage at three times the data and steps").
+codec fit in DIR); `--steps S` alone trains another model on an arm's codes (docs/design.md "Three times
+the data and the steps together").
 
 usage (the corpus first, then the two arms side by side, one core each):
     python scripts/split_codec_gate.py --corpus-only
