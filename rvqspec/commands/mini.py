@@ -43,22 +43,49 @@ def build_command(
     model_threads: int = typer.Option(None, "--model-threads", min=1,
                                       help="Model step: torch threads (default: MiniModelConfig's, 1, so the "
                                            "recognizer trains beside it on the other core)."),
+    model_train_sentences: list[str] = typer.Option(
+        None, "--model-train-sentences", metavar="LANG=N",
+        help="Corpus step: model_train sentences of one language (repeatable; default: CorpusConfig's, 3,000 each)."),
+    language_share: list[str] = typer.Option(
+        None, "--language-share", metavar="LANG=W",
+        help="Model step: share of each step's draws for one language (repeatable; the others split the rest "
+             "in proportion to their utterances; default: every utterance equally likely)."),
 ) -> None:
     """Build the mini world's artifacts and record them in <out>/manifest.json."""
     from rvqspec.mini.build import BuildConfig, BuildError, build, parse_steps
     from rvqspec.mini.paths import MiniPaths
 
     try:
+        sizes = _lang_values(model_train_sentences, "--model-train-sentences", int)
+        shares = _lang_values(language_share, "--language-share", float)
         cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec,
                           **({} if level0_lda is None else {"level0_lda": level0_lda}),
                           **({} if cp_refine_steps is None else {"cp_refine_steps": cp_refine_steps}),
                           codebook_size=codebook_size, tokenizer_points=points, text_parts=text_parts,
-                          model_steps=model_steps, model_threads=model_threads)
+                          model_steps=model_steps, model_threads=model_threads,
+                          model_train_by_language=sizes, language_share=shares)
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
     except (BuildError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     typer.echo(f"manifest: {Path(out) / 'manifest.json'} ({manifest['total_bytes'] / 1e6:.1f} MB of artifacts)")
+
+
+def _lang_values(items: list[str] | None, flag: str, cast) -> dict | None:
+    """["en=6000", ...] -> {"en": 6000, ...}; None when the flag was not given."""
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        lang, _, value = item.partition("=")
+        try:
+            number = cast(value)
+        except ValueError:
+            number = -1
+        if not lang.strip() or number < 0:
+            raise ValueError(f"{flag} {item!r}: expected LANG=VALUE with a non-negative number, e.g. en=0.5")
+        out[lang.strip()] = number
+    return out
 
 
 @mini_app.command("refine")

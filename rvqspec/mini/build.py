@@ -85,13 +85,20 @@ class BuildConfig:
     # 0.58 s, candidate v4 layout), which buys the talker more epochs in the same build time.
     model_steps: int | None = None
     model_threads: int | None = None
+    # the coverage levers (docs/design.md, "Three times the data and the steps together"): another
+    # model_train size for some languages (CorpusConfig.model_train_by_language, e.g. {"en": 6000})
+    # and each step's share of draws for some languages (MiniModelConfig.language_share, e.g.
+    # {"en": 0.5}); None keeps the config's own (every language 3,000 sentences, uniform draws)
+    model_train_by_language: dict | None = None
+    language_share: dict | None = None
 
     def __post_init__(self):
         if self.tokenizer_points is not None and self.tokenizer_points not in POINTS:
             raise ValueError(f"tokenizer points must be one of {POINTS}, got {self.tokenizer_points!r}")
 
     def corpus_config(self):
-        return _with(CorpusConfig.toy() if self.toy else CorpusConfig(), tokenizer_points=self.tokenizer_points)
+        return _with(CorpusConfig.toy() if self.toy else CorpusConfig(), tokenizer_points=self.tokenizer_points,
+                     model_train_by_language=self.model_train_by_language)
 
     def codec_config(self):
         return _with(CodecConfig.toy() if self.toy else CodecConfig(), level0_lda=self.level0_lda,
@@ -99,7 +106,8 @@ class BuildConfig:
 
     def model_config(self, config_cls):
         return _with(config_cls.toy() if self.toy else config_cls(), cp_refine_steps=self.cp_refine_steps,
-                     text_parts=self.text_parts, steps=self.model_steps, threads=self.model_threads)
+                     text_parts=self.text_parts, steps=self.model_steps, threads=self.model_threads,
+                     language_share=self.language_share)
 
 
 def _with(config, **fields):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import datasets
@@ -90,6 +90,11 @@ class MiniModelConfig:
     # training audio too (seed 000 trains offsets on VoxPopuli); calibration, validation and eval
     # stay unseen, so every acceptance and CER figure is measured on text the model never read.
     train_splits: tuple[str, ...] = ("model_train", "train")
+    # Share of each step's draws given to a language, e.g. {"en": 0.5}: the named languages get these
+    # shares, the others split the rest in proportion to their utterances (`draw_probabilities`).
+    # Empty: every utterance equally likely (the v3 and v4 worlds' recipe, where English, the language
+    # the targets are measured in, got about a fifth of the steps).
+    language_share: dict = field(default_factory=dict)
     cp_frames: int = 128  # frames per step for the code-predictor loss (it dominates the compute)
     # After the joint steps: the code predictor alone for this many steps of `cp_frames` frames on
     # the frozen talker's cached states of the training frames (rvqspec.mini.predictor_refine; no
@@ -233,6 +238,8 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     cb = int(codec.config.codebook_size)
     qcfg = model_config(cfg, tokenizer.vocab_size, cb)
     texts, codes = load_splits(corpus_dir, cfg.train_splits)
+    draw_p = (draw_probabilities(load_languages(corpus_dir, cfg.train_splits), cfg.language_share)
+              if cfg.language_share else None)  # (N,) or uniform
     if max(int(c.max()) for c in codes) >= cb:
         raise ValueError(f"{corpus_dir}: codes exceed the codec's codebook_size {cb}")
 
@@ -256,7 +263,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     history = []
     bar = tqdm(range(cfg.steps), desc="mini model", unit="step")
     for step in bar:
-        idx = rng.choice(len(texts), size=min(cfg.batch_utterances, len(texts)), replace=False)
+        idx = rng.choice(len(texts), size=min(cfg.batch_utterances, len(texts)), replace=False, p=draw_p)
         text, code, valid = training_batch(texts, codes, idx, cfg.max_frames, rng, cfg.text_lead)
         noisy = (corrupt_history(code, cb, cfg.history_noise, cfg.c0_history_noise, g)
                  if cfg.history_noise or cfg.c0_history_noise else None)
@@ -296,6 +303,35 @@ def load_splits(corpus_dir: Path, splits) -> tuple[list[np.ndarray], list[np.nda
         texts += t
         codes += c
     return texts, codes
+
+
+def load_languages(corpus_dir: Path, splits) -> list[str]:
+    """The language of each utterance of `splits`, in load_splits' order."""
+    ds = datasets.load_from_disk(str(corpus_dir))
+    return [lang for split in splits for lang in ds[split]["language"]]
+
+
+def draw_probabilities(languages: list[str], share: dict) -> np.ndarray:
+    """Per-utterance draw probabilities (N,) that give each language in `share` that share of the
+    draws and the other languages the rest, in proportion to their utterance counts; within a
+    language every utterance is equally likely."""
+    langs = np.asarray(languages)
+    named = {lang: float(w) for lang, w in share.items()}
+    missing = [lang for lang in named if not (langs == lang).any()]
+    if missing:
+        raise ValueError(f"language_share names {missing}, which the training splits do not have")
+    if any(w < 0 for w in named.values()) or sum(named.values()) > 1:
+        raise ValueError(f"language_share {named}: shares must be >= 0 and sum to at most 1")
+    rest = ~np.isin(langs, list(named))
+    p = np.zeros(len(langs))  # (N,)
+    for lang, w in named.items():
+        mask = langs == lang
+        p[mask] = w / mask.sum()
+    if rest.any():
+        p[rest] = (1.0 - sum(named.values())) / rest.sum()
+    elif not np.isclose(sum(named.values()), 1.0):
+        raise ValueError(f"language_share {named} names every language but sums to {sum(named.values())}, not 1")
+    return p / p.sum()
 
 
 def _refine_on_frozen_talker(talker, cp, texts, codes, steps: int, cfg: MiniModelConfig,

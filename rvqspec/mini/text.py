@@ -573,6 +573,10 @@ class CorpusConfig:
     """How many sentences each split gets (per language where the split is multilingual)."""
 
     model_train_per_language: int = 3000
+    # languages whose model_train split gets another size than model_train_per_language, e.g.
+    # {"en": 6000}: the talker's free-running errors sit on text contexts it never saw in training
+    # (docs/design.md, "Three times the data and the steps together"), and English carries the targets
+    model_train_by_language: dict = field(default_factory=dict)
     train: int = 1000
     validation: int = 150
     calibration: int = 150
@@ -589,6 +593,12 @@ class CorpusConfig:
     split_languages: dict = field(default_factory=lambda: {
         "model_train": "all", "train": "en", "validation": "en", "calibration": "en", "eval": "all"})
 
+    def __post_init__(self):
+        unknown = sorted(set(self.model_train_by_language) - set(self.languages))
+        if unknown:
+            raise ValueError(f"CorpusConfig.model_train_by_language names {unknown}, not among the languages "
+                             f"{', '.join(self.languages)}")
+
     @classmethod
     def toy(cls) -> "CorpusConfig":
         """A few sentences per split: CI smoke tests run in seconds."""
@@ -596,8 +606,9 @@ class CorpusConfig:
 
     def counts(self, lang: str) -> dict[str, int]:
         """Split -> number of sentences in language `lang` (0 where the split is English only)."""
-        per = {"model_train": self.model_train_per_language, "train": self.train, "validation": self.validation,
-               "calibration": self.calibration, "eval": self.eval_per_language}
+        per = {"model_train": self.model_train_by_language.get(lang, self.model_train_per_language),
+               "train": self.train, "validation": self.validation, "calibration": self.calibration,
+               "eval": self.eval_per_language}
         out = {}
         for split, n in per.items():
             langs = self.split_languages[split]
