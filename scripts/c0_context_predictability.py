@@ -28,10 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rvqspec.core.frame_loop import codec_vocab_mask, teacher_forced_talker
 from rvqspec.core.jsonfile import portable_path, write_json_atomic
-from rvqspec.core.sampling import Sampling, probs
-from rvqspec.mini.corpus import load_corpus
+from rvqspec.mini.corpus import in_language, load_corpus
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
 
 WIDTHS = (0, 1, 2)  # neighbouring tokens either side (2: the talker's 160 ms text lead)
@@ -44,24 +42,16 @@ def contexts(tokens: np.ndarray, w: int) -> list[tuple]:
     return [tuple(padded[t:t + 2 * w + 1]) for t in range(len(tokens))]
 
 
-def english(ds):
-    return ds.filter(lambda l: l == "en", input_columns="language", keep_in_memory=True)
-
-
 @torch.inference_mode()
 def talker_reads(model_dir: str | None, ev) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per eval sentence (greedy c0 (T,), law's mass on the corpus's c0 (T,)), true history."""
     torch.set_num_threads(1)
     tts = MiniTTS.load(default_data_dir(), model_dir=model_dir)
-    mask = codec_vocab_mask(tts.talker, tts.codebook_size)  # (V,)
     out = []
     for row in ev:
-        text = torch.as_tensor(row["phoneme_frames"], dtype=torch.long)  # (T,)
-        codes = torch.as_tensor(np.asarray(row["codes"]), dtype=torch.long)  # (T, 16)
-        _, logits = teacher_forced_talker(tts.talker, tts.code_predictor, text.view(1, -1), codes.view(1, -1, 16))
-        p = probs(logits[0] + mask, Sampling())  # (T, V)
-        out.append((logits[0, :, :tts.codebook_size].argmax(-1).numpy(),
-                    p.gather(1, codes[:, :1]).view(-1).double().numpy()))
+        law, greedy = tts.c0_law(row["phoneme_frames"], row["codes"])
+        true = torch.as_tensor(np.asarray(row["codes"])[:, :1], dtype=torch.long)  # (T, 1)
+        out.append((greedy.numpy(), law.gather(1, true).view(-1).numpy()))
     return out
 
 
@@ -74,8 +64,8 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     corpus_dir = Path(args.corpus) if args.corpus else default_data_dir() / "corpus"
     corpus = load_corpus(corpus_dir)
-    train = [english(corpus[s]) for s in TRAIN_SPLITS if s in corpus]
-    ev = english(corpus["eval"])
+    train = [in_language(corpus[s]) for s in TRAIN_SPLITS if s in corpus]
+    ev = in_language(corpus["eval"])
     ev = ev.select(range(min(args.sentences, len(ev))))
     reads = talker_reads(args.model, ev)
     result = dict(model=str(args.model or "data/mini/model"), corpus=portable_path(corpus_dir), train_splits=[s for s in TRAIN_SPLITS if s in corpus],

@@ -42,7 +42,7 @@ from rvqspec.core.frame_loop import (
 )
 from rvqspec.core.jsonfile import portable_path, write_json_atomic
 from rvqspec.core.sampling import Sampling, sample_logits
-from rvqspec.mini.corpus import load_corpus
+from rvqspec.mini.corpus import in_language, load_corpus
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
 from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
 from rvqspec.real.asr import load_recognizer
@@ -122,7 +122,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
         print(f"{corpus_dir}: no split {split!r} (has {', '.join(corpus)})", file=sys.stderr)
         raise SystemExit(2)
     ds = corpus[split]
-    ds = ds.filter(lambda l: l == "en", input_columns="language", keep_in_memory=True).select(range(n))
+    ds = in_language(ds).select(range(n))
     greedy = Sampling(do_sample=False)
     silent = smallest_codewords(tts)  # (16,)
     res = {v: dict(refs=[], hyps=[], phons=[], c0_agree=[], mse=[]) for v in variants}

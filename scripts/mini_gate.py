@@ -67,7 +67,7 @@ from rvqspec.measure.geometry import hidden_geometry
 from rvqspec.measure.metrics import score
 from rvqspec.measure.train_drafter import DrafterTrainConfig, train_drafter
 from rvqspec.mini.codec import CodecConfig, RVQCodec
-from rvqspec.mini.corpus import build_corpus, codes_dtype, load_corpus, rows_from_corpus, save_corpus
+from rvqspec.mini.corpus import build_corpus, codes_dtype, in_language, load_corpus, rows_from_corpus, save_corpus
 from rvqspec.mini.learned_codec import LearnedCodec, LearnedCodecConfig, load_codec
 from rvqspec.mini.phonemes import PhonemeTokenizer
 from rvqspec.mini.recognizer import load_recognizer
@@ -132,7 +132,7 @@ def fit_codec(codec_cfg, audio_corpus: Path, out: Path, log, fitted=None):
 def split_arrays(corpus: Path, split: str, limit: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
     """English rows of one split (the gate corpus is English only; a committed world's eval is not)."""
     ds = load_corpus(corpus)[split]
-    ds = ds.filter(lambda lang: lang == "en", input_columns="language", keep_in_memory=True)
+    ds = in_language(ds)
     ds = ds.select(range(min(limit or len(ds), len(ds))))
     return ([np.asarray(t, dtype=np.int64) for t in ds["phoneme_frames"]],
             [np.asarray(c, dtype=np.int64) for c in ds["codes"]], list(ds["text"]))

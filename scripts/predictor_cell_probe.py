@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
 from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.core.sampling import Sampling, probs
-from rvqspec.mini.corpus import load_corpus
+from rvqspec.mini.corpus import in_language, load_corpus
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
 from rvqspec.mini.recognizer import intelligibility_score
 from rvqspec.real.asr import load_recognizer
@@ -44,7 +44,7 @@ import diagnose_intelligibility
 
 
 def english(corpus, split: str, n: int | None = None) -> list[tuple[np.ndarray, np.ndarray, str]]:
-    ds = corpus[split].filter(lambda lang: lang == "en", input_columns="language", keep_in_memory=True)
+    ds = in_language(corpus[split])
     ds = ds.select(range(min(n or len(ds), len(ds))))
     return [(np.asarray(r["phoneme_frames"], dtype=np.int64), np.asarray(r["codes"], dtype=np.int64), r["text"])
             for r in ds]

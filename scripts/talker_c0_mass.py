@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from rvqspec.core.frame_loop import codec_vocab_mask, teacher_forced_talker
 from rvqspec.core.jsonfile import portable_path, write_json_atomic
-from rvqspec.core.sampling import Sampling, probs
-from rvqspec.mini.corpus import load_corpus
+from rvqspec.core.sampling import Sampling
+from rvqspec.mini.corpus import in_language, load_corpus
 from rvqspec.mini.phonemes import PhonemeTokenizer, centre_phoneme
 from rvqspec.mini.pipeline import MiniTTS, default_data_dir
+from rvqspec.mini.sound_groups import code_sound_counts
 
 
 NEIGHBOURS = 2  # frames either side (160 ms): about one phoneme at espeak-ng's rate
@@ -49,19 +49,15 @@ def boundary(token: str) -> bool:
 def code_sounds(corpus, tok: PhonemeTokenizer, size: int) -> tuple[np.ndarray, float, np.ndarray, list[str]]:
     """Over English model_train frames: (K,) majority sound per c0 code, the codes' mean purity, and
     (K, S) P(sound | code) over the S sounds listed (a code no frame takes: uniform)."""
-    ds = corpus["model_train"].filter(lambda l: l == "en", input_columns="language", keep_in_memory=True)
-    counts: dict[int, Counter] = defaultdict(Counter)
-    for row in ds:
-        sounds = [centre_phoneme(s) for s in tok.decode(row["phoneme_frames"])]
-        for c0, s in zip(np.asarray(row["codes"])[:, 0], sounds):
-            counts[int(c0)][s] += 1
+    ds = in_language(corpus["model_train"])
+    counts = code_sound_counts(ds["phoneme_frames"], ds["codes"], tok.tokens, size)  # K Counters
     out = np.array([counts[k].most_common(1)[0][0] if counts[k] else "" for k in range(size)], dtype=object)
-    total = sum(sum(c.values()) for c in counts.values())
-    purity = sum(c.most_common(1)[0][1] for c in counts.values() if c) / total
-    sounds = sorted({snd for c in counts.values() for snd in c})
+    total = sum(sum(c.values()) for c in counts)
+    purity = sum(c.most_common(1)[0][1] for c in counts if c) / total
+    sounds = sorted({snd for c in counts for snd in c})
     index = {snd: i for i, snd in enumerate(sounds)}
     given = np.full((size, len(sounds)), 1.0 / len(sounds))  # (K, S)
-    for k, c in counts.items():
+    for k, c in enumerate(counts):
         n = sum(c.values())
         if n:
             given[k] = 0.0
@@ -89,16 +85,13 @@ def main(argv=None) -> dict:
     sound_of_code, purity, sound_given_code, sounds = code_sounds(corpus, tok, size)
     sound_index = {snd: i for i, snd in enumerate(sounds)}
     sampling = Sampling()
-    mask = codec_vocab_mask(tts.talker, size)  # (V,)
-    ev = corpus["eval"].filter(lambda l: l == "en", input_columns="language", keep_in_memory=True)
+    ev = in_language(corpus["eval"])
     ev = ev.select(range(min(args.sentences, len(ev))))
     rows = defaultdict(list)  # kind -> per-frame records in the order of `keys` below
     for row in ev:
-        text = torch.as_tensor(row["phoneme_frames"], dtype=torch.long)  # (T,)
-        codes = torch.as_tensor(np.asarray(row["codes"]), dtype=torch.long)  # (T, 16)
-        _, logits = teacher_forced_talker(tts.talker, tts.code_predictor, text.view(1, -1), codes.view(1, -1, 16))
-        p = probs(logits[0] + mask, sampling)[:, :size].double().numpy()  # (T, K) the deployed law
-        greedy = logits[0, :, :size].argmax(-1).numpy()  # (T,)
+        law, greedy = tts.c0_law(row["phoneme_frames"], row["codes"], sampling)
+        p, greedy = law.numpy(), greedy.numpy()  # (T, K) the deployed law, (T,)
+        codes = np.asarray(row["codes"])  # (T, 16)
         frame_tokens = tok.decode(row["phoneme_frames"])
         frame_sounds = [centre_phoneme(s) for s in frame_tokens]
         for t, s in enumerate(frame_tokens):

@@ -78,3 +78,20 @@ def test_resizing_model_train_keeps_held_out_splits():
     big = make_texts(CorpusConfig(**{**CorpusConfig.toy().__dict__, "model_train_per_language": 20}))
     held = lambda items: [(i.id, i.text) for i in items if i.split != "model_train"]
     assert held(small) == held(big)
+
+
+def test_one_language_resized_keeps_the_rest():
+    """CorpusConfig.model_train_by_language: English's model_train grows, its first sentences and
+    every held-out split stay, the other languages do not move; an unknown language is named."""
+    base = CorpusConfig.toy()
+    small = make_texts(base)
+    big = make_texts(CorpusConfig(**{**base.__dict__, "model_train_by_language": {"en": 15}}))
+    rows = lambda items, pred: [(i.id, i.text) for i in items if pred(i)]
+    assert rows(small, lambda i: i.split != "model_train" or i.language != "en") == \
+        rows(big, lambda i: i.split != "model_train" or i.language != "en")
+    en_small = rows(small, lambda i: i.split == "model_train" and i.language == "en")
+    en_big = rows(big, lambda i: i.split == "model_train" and i.language == "en")
+    assert len(en_small) == base.model_train_per_language and len(en_big) == 15
+    assert en_big[:len(en_small)] == en_small
+    with pytest.raises(ValueError, match=r"names \['xx'\]"):
+        CorpusConfig(model_train_by_language={"xx": 5})

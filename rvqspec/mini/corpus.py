@@ -190,6 +190,11 @@ def load_corpus(directory: str | os.PathLike, need_audio: bool = False, need_cod
     return dd
 
 
+def in_language(ds: Dataset, lang: str = "en") -> Dataset:
+    """The rows of one corpus split in one language (in memory: the split's order kept)."""
+    return ds.filter(lambda value: value == lang, input_columns="language", keep_in_memory=True)
+
+
 def corpus_rows(records: Sequence[Record], tokenizer: PhonemeTokenizer) -> list[dict]:
     rows = []
     for r in records:

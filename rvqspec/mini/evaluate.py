@@ -18,7 +18,7 @@ import torch
 
 from rvqspec.core.frame_loop import teacher_forced_inner, teacher_forced_talker
 from rvqspec.core.sampling import Sampling, probs
-from rvqspec.mini.corpus import load_corpus
+from rvqspec.mini.corpus import in_language, load_corpus
 from rvqspec.mini.pipeline import intelligibility
 
 LANGUAGES = ("en", "de", "es", "ru", "ja", "zh")
@@ -77,14 +77,14 @@ def evaluate_mini(tts, recognizer, corpus_dir: str | Path, config: MiniEvalConfi
     ds = dd[config.split]
     table = {}
     for lang in config.languages:
-        rows = ds.filter(lambda l: l == lang, input_columns="language", keep_in_memory=True)
+        rows = in_language(ds, lang)
         texts = list(rows["text"][: config.sentences_per_language])
         if not texts:
             continue
         res = intelligibility(tts, texts, lang, recognizer, seeds=config.seeds, sampling=sampling,
                               inner=inner, progress=progress)
         table[lang] = {k: res[k] for k in ("n", "per", "wer", "cer", "tokens_per_call")}
-    en = ds.filter(lambda l: l == "en", input_columns="language", keep_in_memory=True).select_columns(["phoneme_frames", "codes"])
+    en = in_language(ds).select_columns(["phoneme_frames", "codes"])
     en = en.select(range(min(config.entropy_utterances, len(en))))
     ent = depth_entropy(tts, en["phoneme_frames"], en["codes"], sampling=sampling)
     return dict(config=asdict(config), sampling=asdict(sampling), intelligibility=table, depth_entropy=ent)

@@ -17,8 +17,9 @@ import torch
 from tqdm.auto import tqdm
 
 from rvqspec.core.checkpoint import load_qwen3_tts
-from rvqspec.core.frame_loop import FrameCompleter, SynthesisStats, synthesize_codes
-from rvqspec.core.sampling import Sampling
+from rvqspec.core.frame_loop import (FrameCompleter, SynthesisStats, codec_vocab_mask, synthesize_codes,
+                                     teacher_forced_talker)
+from rvqspec.core.sampling import Sampling, probs
 from rvqspec.mini.codec import RVQCodec
 from rvqspec.mini.phonemes import TOKENIZER_FILE, PhonemeTokenizer
 from rvqspec.mini.recognizer import decoding_of, intelligibility_score, transcribe_scored
@@ -90,6 +91,18 @@ class MiniTTS:
             ids, _ = self.tokenizer.phonemize(text, language)
             self._text_cache[key] = torch.as_tensor(np.asarray(ids), dtype=torch.long)
         return self._text_cache[key]
+
+    @torch.inference_mode()
+    def c0_law(self, text_ids, codes, sampling: Sampling = Sampling()) -> tuple[torch.Tensor, torch.Tensor]:
+        """The talker's c0 reading of an utterance with the true code history (teacher-forced):
+        (the deployed sampling law over the K codes (T, K) float64, greedy code (T,)) for frame
+        tokens (T,) and codes (T, 16)."""
+        text = torch.as_tensor(np.asarray(text_ids), dtype=torch.long)  # (T,)
+        codes = torch.as_tensor(np.asarray(codes), dtype=torch.long)  # (T, 16)
+        _, logits = teacher_forced_talker(self.talker, self.code_predictor, text.view(1, -1), codes.view(1, -1, 16))
+        K = self.codebook_size
+        law = probs(logits[0] + codec_vocab_mask(self.talker, K), sampling)[:, :K].double()  # (T, K)
+        return law, logits[0, :, :K].argmax(-1)
 
     def synthesize(self, text: str, language: str = "en", seed: int = 0, sampling: Sampling = Sampling(),
                    inner: FrameCompleter | None = None, decode: bool = True) -> Synthesis:

@@ -23,15 +23,23 @@ import torch
 from rvqspec.mini.phonemes import centre_phoneme
 
 
-def code_sound_groups(texts: Sequence[np.ndarray], codes: Sequence[np.ndarray], tokens: Sequence[str],
-                      codebook_size: int) -> torch.Tensor:
-    """(K,) long group id per c0 code: codes whose training frames' majority centre phoneme is the
-    same share a group; a code no training frame takes is a group of its own."""
+def code_sound_counts(texts: Sequence[np.ndarray], codes: Sequence[np.ndarray], tokens: Sequence[str],
+                      codebook_size: int) -> list[Counter]:
+    """Per c0 code (K of them), how many frames of each centre phoneme take it: frame tokens (T,) and
+    codes (T, 16) per utterance, `tokens` the tokenizer's token strings."""
     sound = np.array([centre_phoneme(t) for t in tokens], dtype=object)  # token id -> sound
     counts = [Counter() for _ in range(codebook_size)]
     for t, c in zip(texts, codes):  # (T,), (T, 16)
         for s, c0 in zip(sound[np.asarray(t)], np.asarray(c)[:, 0]):
             counts[int(c0)][s] += 1
+    return counts
+
+
+def code_sound_groups(texts: Sequence[np.ndarray], codes: Sequence[np.ndarray], tokens: Sequence[str],
+                      codebook_size: int) -> torch.Tensor:
+    """(K,) long group id per c0 code: codes whose training frames' majority centre phoneme is the
+    same share a group; a code no training frame takes is a group of its own."""
+    counts = code_sound_counts(texts, codes, tokens, codebook_size)
     names = [cnt.most_common(1)[0][0] if cnt else f"<unused {k}>" for k, cnt in enumerate(counts)]
     ids = {n: i for i, n in enumerate(dict.fromkeys(names))}
     return torch.tensor([ids[n] for n in names], dtype=torch.long)  # (K,)
