@@ -11,6 +11,9 @@ eval sentences through the committed recognizer, beside the committed codec in t
 
     python scripts/codec_language_gate.py --corpus runs/mini --en-share 0.5 \
         --out docs/measurements/world_v5_candidate/codec_en_share50.json
+    # the control: the same config refitted on 2,000 clips per language (equal shares, the arm's size)
+    python scripts/codec_language_gate.py --corpus runs/mini --en-share 0.1666667 --en-clips 2000 \
+        --out docs/measurements/world_v5_candidate/codec_equal_refit.json
 """
 from __future__ import annotations
 
@@ -33,11 +36,14 @@ FALSIFIED_IF = ("the refitted codec's English c0-alone CER is not at least 3 poi
                 "in the same run, or its English resynthesis CER is more than 1 point above it")
 
 
-def select_clips(languages: list[str], en_share: float, rng: np.random.Generator) -> np.ndarray:
-    """Indices of every English clip plus the other languages' clips sampled equally so that English
-    is `en_share` of the selection (all of a language when it has fewer)."""
+def select_clips(languages: list[str], en_share: float, rng: np.random.Generator,
+                 en_clips: int | None = None) -> np.ndarray:
+    """Indices of every English clip (or `en_clips` of them, drawn) plus the other languages' clips
+    sampled equally so that English is `en_share` of the selection (all of a language when it has fewer)."""
     langs = np.asarray(languages)
     en = np.flatnonzero(langs == "en")
+    if en_clips is not None:
+        en = np.sort(rng.permutation(en)[:en_clips])
     others = [lang for lang in dict.fromkeys(languages) if lang != "en"]
     per = int(round(len(en) * (1 - en_share) / en_share / max(len(others), 1)))
     picks = [en] + [np.sort(rng.permutation(np.flatnonzero(langs == lang))[:per]) for lang in others]
@@ -66,6 +72,9 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", type=Path, required=True, help="the audio corpus (rvqspec mini build --runs)")
     ap.add_argument("--en-share", type=float, default=0.5)
+    ap.add_argument("--en-clips", type=int, default=None,
+                    help="English clips drawn (default: all); with --en-share 0.1666667 and 2000, the control: "
+                         "an equal-share refit of the arm's size")
     ap.add_argument("--sentences", type=int, default=40)
     ap.add_argument("--langs", nargs="+", default=["en", "de"], help="eval languages read (English first)")
     ap.add_argument("--threads", type=int, default=2)
@@ -77,7 +86,8 @@ def main(argv=None) -> dict:
     committed = RVQCodec.load(default_data_dir() / "codec")
     dd = load_corpus(args.corpus, need_audio=True)
     tr = dd["model_train"]
-    pick = select_clips(list(tr["language"]), args.en_share, np.random.default_rng(committed.config.seed))
+    pick = select_clips(list(tr["language"]), args.en_share, np.random.default_rng(committed.config.seed),
+                        args.en_clips)
     sel = tr.select(pick)
     audios = [np.asarray(a, dtype=np.float32) for a in sel.with_format("numpy")["audio"]]
     labels = [np.asarray(t, dtype=np.int64) for t in sel["phoneme_frames"]]
@@ -95,7 +105,7 @@ def main(argv=None) -> dict:
         table[lang] = {"committed": read_rows(committed, recognizer, rows, lang),
                        "refit": read_rows(refit, recognizer, rows, lang)}
         log(f"{lang}: {table[lang]}")
-    result = dict(en_share=args.en_share, clips=len(pick), shares=shares, sentences=args.sentences,
+    result = dict(en_share=args.en_share, en_clips=args.en_clips, clips=len(pick), shares=shares, sentences=args.sentences,
                   codec_config=str(committed.config), languages=table, seconds=round(time.time() - t0),
                   falsified_if=FALSIFIED_IF,
                   command="python scripts/codec_language_gate.py " + " ".join(argv or sys.argv[1:]))
