@@ -63,7 +63,7 @@ def select_clips(languages: list[str], en_share: float, rng: np.random.Generator
 
 def read_rows(codec: RVQCodec, recognizer, rows, lang: str) -> dict:
     """Resynthesis and c0 alone of each row's audio through `codec`, scored against its text."""
-    silent = codec.codebooks.norm(dim=-1).argmin(dim=-1)  # (16,)
+    silent = codec.smallest_codewords()  # (16,)
     encoded = [codec.encode(np.asarray(row["audio"], dtype=np.float32)) for row in rows]  # (T, 16) each
     out = {}
     for variant in ("resynth", "c0_only"):

@@ -86,7 +86,7 @@ def teacher_forced_levels(tts: MiniTTS, text: torch.Tensor, codes: torch.Tensor,
 
 def smallest_codewords(tts: MiniTTS) -> torch.Tensor:
     """(16,) per level the index of the codeword nearest the zero residual."""
-    return tts.codec.codebooks.norm(dim=-1).argmin(dim=-1)
+    return tts.codec.smallest_codewords()
 
 
 def read_aloud(recognizer, codec, codes: torch.Tensor) -> tuple[str, list[str] | None]:

@@ -112,7 +112,7 @@ def codec_half(corpus: Path, codec: RVQCodec, vocab: int, n: int) -> dict:
         for i in range(len(toks)):
             order.setdefault(key(i), []).append(i)
         rows.update({k: allc[v, 1:] for k, v in order.items()})
-    silent = codec.codebooks.norm(dim=-1).argmin(dim=-1)  # (16,)
+    silent = codec.smallest_codewords()  # (16,)
     ev = dd["eval"].select(range(n))
     res = {v: ([], [], [], []) for v in ("resynth", "c0_only", "c0_shuffle", "tok_c0_shuffle", "tok_c0_levelwise")}
     for i, row in enumerate(ev):

@@ -207,3 +207,16 @@ def test_entropy_constrained_codec_skews_deep_levels(codec, audios, tmp_path):
     save_file(t, str(d / "codec.safetensors"))
     with pytest.raises(CodecError, match="log_prior"):
         RVQCodec.load(d)
+
+
+def test_smallest_codewords_leave_level0_alone(codec, audios):
+    silent = codec.smallest_codewords()
+    assert silent.shape == (CFG.num_codebooks,)
+    norms = codec.codebooks.norm(dim=-1)  # (Q, K)
+    assert torch.equal(norms[torch.arange(CFG.num_codebooks), silent], norms.min(dim=-1).values)
+    # c0 with the smallest residual codewords decodes nearer to c0's codeword than with any other residual
+    c0 = codec.encode(audios[0])[:, :1]
+    quiet = torch.cat([c0, silent[1:].expand(c0.shape[0], -1)], 1)
+    loud = torch.cat([c0, norms[1:].argmax(dim=-1).expand(c0.shape[0], -1)], 1)
+    alone = codec.decode_features(c0)
+    assert (codec.decode_features(quiet) - alone).abs().mean() < (codec.decode_features(loud) - alone).abs().mean()

@@ -463,6 +463,12 @@ class RVQCodec:
             codes.append(idx)
         return torch.stack(codes, 1)  # (T, Q)
 
+    def smallest_codewords(self) -> torch.Tensor:
+        """(Q,) per level the index of the codeword nearest the zero residual: the codes that add the
+        least, so a frame with them at levels 1.. sounds as its level 0 alone ("c0 alone")."""
+        self._check_fitted()
+        return torch.stack([cb.norm(dim=-1).argmin() for cb in self.codebooks])
+
     def check_codes(self, codes) -> torch.Tensor:
         codes = torch.as_tensor(codes).long()
         c = self.config
