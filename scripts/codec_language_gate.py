@@ -34,7 +34,7 @@ import torch
 
 from rvqspec.core.jsonfile import write_json_atomic
 from rvqspec.mini.codec import RVQCodec
-from rvqspec.mini.corpus import in_language, load_corpus
+from rvqspec.mini.corpus import clips_with_share, in_language, load_corpus
 from rvqspec.mini.pipeline import default_data_dir
 from rvqspec.mini.recognizer import intelligibility_score, transcribe_scored
 from rvqspec.real.asr import load_recognizer
@@ -45,20 +45,6 @@ FALSIFIED_IF = ("the refitted codec's English c0-alone CER is not at least 3 poi
 # language's c0 alone by up to ~2 points by itself (codec_equal_refit.json: de 7.8 -> 9.0).
 OTHERS_FALSIFIED_IF = ("any other language read has its c0-alone CER more than 2 points, or its resynthesis CER "
                        "more than 1 point, above the committed codec's in the same run")
-
-
-def select_clips(languages: list[str], en_share: float, rng: np.random.Generator,
-                 en_clips: int | None = None) -> np.ndarray:
-    """Indices of every English clip (or `en_clips` of them, drawn) plus the other languages' clips
-    sampled equally so that English is `en_share` of the selection (all of a language when it has fewer)."""
-    langs = np.asarray(languages)
-    en = np.flatnonzero(langs == "en")
-    if en_clips is not None:
-        en = np.sort(rng.permutation(en)[:en_clips])
-    others = [lang for lang in dict.fromkeys(languages) if lang != "en"]
-    per = int(round(len(en) * (1 - en_share) / en_share / max(len(others), 1)))
-    picks = [en] + [np.sort(rng.permutation(np.flatnonzero(langs == lang))[:per]) for lang in others]
-    return np.sort(np.concatenate(picks))
 
 
 def read_rows(codec: RVQCodec, recognizer, rows, lang: str) -> dict:
@@ -99,8 +85,8 @@ def main(argv=None) -> dict:
     committed = RVQCodec.load(default_data_dir() / "codec")
     dd = load_corpus(args.corpus, need_audio=True)
     tr = dd["model_train"]
-    pick = select_clips(list(tr["language"]), args.en_share, np.random.default_rng(committed.config.seed),
-                        args.en_clips)
+    pick = clips_with_share(list(tr["language"]), "en", args.en_share,
+                            np.random.default_rng(committed.config.seed), args.en_clips)
     sel = tr.select(pick)
     audios = [np.asarray(a, dtype=np.float32) for a in sel.with_format("numpy")["audio"]]
     labels = [np.asarray(t, dtype=np.int64) for t in sel["phoneme_frames"]]

@@ -54,7 +54,7 @@ def test_all_languages_named_must_sum_to_one():
 
 
 @pytest.mark.parametrize("flag, value", [("--language-share", "en=lots"), ("--language-share", "=0.5"),
-                                         ("--model-train-sentences", "en=-3")])
+                                         ("--model-train-sentences", "en=-3"), ("--codec-share", "en=x")])
 def test_cli_bad_value_is_one_line_and_exit_2(tmp_path, flag, value):
     res = CliRunner().invoke(app, ["mini", "build", "--toy", "--out-dir", str(tmp_path / "mini"),
                                    "--runs", str(tmp_path / "runs"), flag, value])

@@ -441,3 +441,22 @@ def test_sound_weight_changes_the_talker_and_is_recorded(toy, tmp_path):
     assert all(torch.equal(p, q) for p, q in zip(a.talker.state_dict().values(), a2.talker.state_dict().values()))
     assert any(not torch.equal(p, q) for p, q in zip(a.talker.state_dict().values(), b.talker.state_dict().values()))
     assert json.loads((tmp_path / "sound" / "mini_model.json").read_text())["config"]["c0_sound_weight"] == 2.0
+
+
+def test_codec_share_fits_on_the_language_share_and_guards_reuse(toy, tmp_path):
+    """--codec-share en=0.5: the codec fits on every English model_train clip and as many others,
+    records the selection, and a later --reuse-codec with another share is refused."""
+    import shutil
+    paths, _ = toy
+    mine = MiniPaths.at(tmp_path / "data", tmp_path / "runs")
+    shutil.copytree(paths.runs_corpus, mine.runs_corpus)
+    shutil.copytree(paths.corpus, mine.corpus)
+    shutil.copy(paths.tokenizer, mine.tokenizer)
+    build(mine, BuildConfig(toy=True, steps=("codec",), progress=False, codec_share={"en": 0.5}), log=lambda s: None)
+    fit = json.loads((mine.codec / "codec_config.json").read_text())["fit"]
+    langs = load_corpus(paths.runs_corpus, need_audio=True)["model_train"]["language"]
+    english = sum(lang == "en" for lang in langs)
+    assert fit["share"] == {"en": 0.5} and fit["languages"]["en"] == english
+    assert abs(sum(fit["languages"].values()) - 2 * english) <= len(fit["languages"])  # others: rounded equal shares
+    with pytest.raises(BuildError, match="codec share"):
+        build(mine, BuildConfig(toy=True, steps=("codec",), progress=False, reuse_codec=True), log=lambda s: None)

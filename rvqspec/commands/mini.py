@@ -50,6 +50,10 @@ def build_command(
         None, "--language-share", metavar="LANG=W",
         help="Model step: share of each step's draws for one language (repeatable; the others split the rest "
              "in proportion to their utterances; default: every utterance equally likely)."),
+    codec_share: list[str] = typer.Option(
+        None, "--codec-share", metavar="LANG=S",
+        help="Codec step: one language's share of the fit clips (all its model_train clips, the others drawn "
+             "equally; default: every model_train clip)."),
 ) -> None:
     """Build the mini world's artifacts and record them in <out>/manifest.json."""
     from rvqspec.mini.build import BuildConfig, BuildError, build, parse_steps
@@ -58,12 +62,13 @@ def build_command(
     try:
         sizes = _lang_values(model_train_sentences, "--model-train-sentences", int)
         shares = _lang_values(language_share, "--language-share", float)
+        fit_share = _lang_values(codec_share, "--codec-share", float)
         cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec,
                           **({} if level0_lda is None else {"level0_lda": level0_lda}),
                           **({} if cp_refine_steps is None else {"cp_refine_steps": cp_refine_steps}),
                           codebook_size=codebook_size, tokenizer_points=points, text_parts=text_parts,
                           model_steps=model_steps, model_threads=model_threads,
-                          model_train_by_language=sizes, language_share=shares)
+                          model_train_by_language=sizes, language_share=shares, codec_share=fit_share)
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)
     except (BuildError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

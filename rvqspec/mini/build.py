@@ -21,6 +21,7 @@ import json
 import multiprocessing
 import os
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ import torch
 from rvqspec.core.jsonfile import read_json, write_json_atomic
 from rvqspec.mini.codec import CONFIG_FILE as CODEC_CONFIG_FILE
 from rvqspec.mini.codec import CodecConfig, RVQCodec, codec_quality
-from rvqspec.mini.corpus import add_codes, build_corpus, load_corpus
+from rvqspec.mini.corpus import add_codes, build_corpus, clips_with_share, load_corpus
 from rvqspec.mini.paths import MANIFEST_FILE, MiniPaths
 from rvqspec.mini.phonemes import POINTS
 from rvqspec.mini.text import CorpusConfig
@@ -91,8 +92,15 @@ class BuildConfig:
     # {"en": 0.5}); None keeps the config's own (every language 3,000 sentences, uniform draws)
     model_train_by_language: dict | None = None
     language_share: dict | None = None
+    # codec step: one language's share of the codec's fit clips (all its model_train clips, the
+    # others drawn equally; rvqspec.mini.corpus.clips_with_share), e.g. {"en": 0.5}: level 0's
+    # cells follow the fit's frames (docs/design.md, "Candidate v5"); None fits on every clip
+    codec_share: dict | None = None
 
     def __post_init__(self):
+        if self.codec_share is not None and (len(self.codec_share) != 1
+                                             or not all(0 < v < 1 for v in self.codec_share.values())):
+            raise ValueError(f"codec share must name one language with a share in (0, 1), got {self.codec_share!r}")
         if self.tokenizer_points is not None and self.tokenizer_points not in POINTS:
             raise ValueError(f"tokenizer points must be one of {POINTS}, got {self.tokenizer_points!r}")
 
@@ -176,13 +184,23 @@ def step_codec(paths: MiniPaths, cfg: BuildConfig) -> dict:
         if codec.config != codec_config:
             raise BuildError(f"--reuse-codec: {paths.codec} was fitted with a different config than this build's")
         meta = json.loads((paths.codec / CODEC_CONFIG_FILE).read_text())
+        if meta.get("fit", {}).get("share") != cfg.codec_share:
+            raise BuildError(f"--reuse-codec: {paths.codec} was fitted with codec share "
+                             f"{meta.get('fit', {}).get('share')}, this build asks for {cfg.codec_share}")
         n, fit_s = int(meta.get("fit", {}).get("clips", -1)), float(meta.get("fit", {}).get("seconds", float("nan")))
         saved_quality = meta.get("quality")
     else:
         fit_ds = dd["model_train"]
         n = len(fit_ds) if cfg.codec_fit_clips is None else min(cfg.codec_fit_clips, len(fit_ds))
         rng = np.random.default_rng(codec_config.seed)
-        pick = np.sort(rng.permutation(len(fit_ds))[:n])
+        if cfg.codec_share:
+            (lang, share), = cfg.codec_share.items()
+            pick = clips_with_share(list(fit_ds["language"]), lang, share, rng)
+            if n < len(pick):  # --codec-fit-clips: a random subset keeps the shares
+                pick = np.sort(rng.permutation(pick)[:n])
+            n = len(pick)
+        else:
+            pick = np.sort(rng.permutation(len(fit_ds))[:n])
         picked = fit_ds.select(pick)
         audios = [np.asarray(a, dtype=np.float32) for a in picked.with_format("numpy")["audio"]]
         labels = [np.asarray(t, dtype=np.int64) for t in picked["phoneme_frames"]] if codec_config.level0_lda else None
@@ -193,7 +211,9 @@ def step_codec(paths: MiniPaths, cfg: BuildConfig) -> dict:
         del audios, labels
         # save and encode before the quality report: training the recognizer and the model waits
         # for codes and codec, and decoding with Griffin-Lim is the slow part of this step
-        codec.save(paths.codec, extra={"fit": {"clips": int(n), "seconds": round(fit_s, 1)}})
+        languages = dict(Counter(picked["language"]))
+        codec.save(paths.codec, extra={"fit": {"clips": int(n), "seconds": round(fit_s, 1), "languages": languages,
+                                               "share": cfg.codec_share}})
     has_eval = "eval" in dd
     del dd  # release the memory-mapped audio before add_codes rewrites the directory
     stats = add_codes(paths.runs_corpus, paths.corpus, lambda a: codec.encode(a).numpy(),

@@ -195,6 +195,22 @@ def in_language(ds: Dataset, lang: str = "en") -> Dataset:
     return ds.filter(lambda value: value == lang, input_columns="language", keep_in_memory=True)
 
 
+def clips_with_share(languages: Sequence[str], lang: str, share: float, rng: np.random.Generator,
+                     count: int | None = None) -> np.ndarray:
+    """Sorted indices of every clip of `lang` (or `count` of them, drawn) plus the other languages'
+    clips drawn equally so that `lang` is `share` of the selection (all of a language when it has
+    fewer). The codec's fit with English at half its clips gives level 0 more English cells
+    (docs/design.md, "Candidate v5"; BuildConfig.codec_share)."""
+    langs = np.asarray(languages)
+    mine = np.flatnonzero(langs == lang)
+    if count is not None:
+        mine = np.sort(rng.permutation(mine)[:count])
+    others = [other for other in dict.fromkeys(languages) if other != lang]
+    per = int(round(len(mine) * (1 - share) / share / max(len(others), 1)))
+    picks = [mine] + [np.sort(rng.permutation(np.flatnonzero(langs == other))[:per]) for other in others]
+    return np.sort(np.concatenate(picks))
+
+
 def corpus_rows(records: Sequence[Record], tokenizer: PhonemeTokenizer) -> list[dict]:
     rows = []
     for r in records:
