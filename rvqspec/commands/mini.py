@@ -32,6 +32,9 @@ def build_command(
                                              "MiniModelConfig's, 0)."),
     codebook_size: int = typer.Option(None, "--codebook-size", min=2,
                                       help="Codec step: codes per level (default: CodecConfig's, 1,024; the toy's 16)."),
+    level0_codebook_size: int = typer.Option(
+        None, "--level0-codebook-size", min=2,
+        help="Codec step: codes at level 0 alone, the talker's c0 vocabulary (default: as many as the other levels)."),
     points: int = typer.Option(None, "--points",
                                help="Corpus step: phonemes per frame in the talker's tokens, 2 (pairs) or 4 "
                                     "(quarter-resolved) (default: CorpusConfig's, 4)."),
@@ -66,7 +69,8 @@ def build_command(
         cfg = BuildConfig(toy=toy, steps=parse_steps(steps), threads=threads or None, reuse_codec=reuse_codec,
                           **({} if level0_lda is None else {"level0_lda": level0_lda}),
                           **({} if cp_refine_steps is None else {"cp_refine_steps": cp_refine_steps}),
-                          codebook_size=codebook_size, tokenizer_points=points, text_parts=text_parts,
+                          codebook_size=codebook_size, level0_codebook_size=level0_codebook_size,
+                          tokenizer_points=points, text_parts=text_parts,
                           model_steps=model_steps, model_threads=model_threads,
                           model_train_by_language=sizes, language_share=shares, codec_share=fit_share)
         manifest = build(MiniPaths.at(out, runs), cfg, log=typer.echo)

@@ -78,6 +78,9 @@ class BuildConfig:
     # (CorpusConfig.tokenizer_points) and the text table trained as quarter-frame parts
     # (MiniModelConfig.text_parts)
     codebook_size: int | None = None
+    # codes at level 0 alone (CodecConfig.level0_codebook_size: the talker's c0 vocabulary); None keeps
+    # the config's own (level 0 as large as the others)
+    level0_codebook_size: int | None = None
     tokenizer_points: int | None = None
     text_parts: bool | None = None
     # model step: joint training steps (MiniModelConfig.steps) and its torch threads
@@ -110,7 +113,7 @@ class BuildConfig:
 
     def codec_config(self):
         return _with(CodecConfig.toy() if self.toy else CodecConfig(), level0_lda=self.level0_lda,
-                     codebook_size=self.codebook_size)
+                     codebook_size=self.codebook_size, level0_codebook_size=self.level0_codebook_size)
 
     def model_config(self, config_cls):
         return _with(config_cls.toy() if self.toy else config_cls(), cp_refine_steps=self.cp_refine_steps,
@@ -217,7 +220,7 @@ def step_codec(paths: MiniPaths, cfg: BuildConfig) -> dict:
     has_eval = "eval" in dd
     del dd  # release the memory-mapped audio before add_codes rewrites the directory
     stats = add_codes(paths.runs_corpus, paths.corpus, lambda a: codec.encode(a).numpy(),
-                      codec_config.codebook_size, progress=cfg.progress)
+                      max(codec_config.level_sizes), progress=cfg.progress)
     if cfg.write_ready_flag:
         _write_ready_flag(paths, stats)
     # held-out quality: the eval split (never seen by the codec fit), all languages, a fixed subset

@@ -60,6 +60,12 @@ class CodecConfig:
     # more codes per level leave the talker less of the mel to guess; corpus codes are int16, the
     # committed codebooks float16 (`rvqspec mini cast --codec`) to keep data/ small
     codebook_size: int = 1024
+    # codes at level 0 alone (0: codebook_size), the talker's c0 vocabulary. Level 0 is the phonetic
+    # level the talker names from the text, and six languages share its cells: at 2,048 codes with
+    # English at half the fit, English c0 alone reads 6.5% CER against 14.0% at 1,024
+    # (docs/measurements/world_v5_candidate/codec_k2048_en_share50.json). A larger level 0 alone keeps
+    # the code predictor's heads (and the drafters sized by them) at codebook_size, within data/'s 80 MB.
+    level0_codebook_size: int = 0
     # feature design: `subframes` log-mel spectra per frame, each from an `n_fft` window
     subframes: int = 4  # 20 ms sub-frame hop
     n_fft: int = 640  # 40 ms analysis window
@@ -148,6 +154,8 @@ class CodecConfig:
             raise CodecError(f"n_fft {self.n_fft} is shorter than the sub-frame hop {self.sub_hop}")
         if not (1 <= self.num_codebooks and 2 <= self.codebook_size):
             raise CodecError(f"bad num_codebooks {self.num_codebooks} / codebook_size {self.codebook_size}")
+        if self.level0_codebook_size and self.level0_codebook_size < 2:
+            raise CodecError(f"level0_codebook_size {self.level0_codebook_size} must be 0 (codebook_size) or >= 2")
         if self.scaling not in ("per_dim", "global"):
             raise CodecError(f"scaling must be 'per_dim' or 'global', got {self.scaling!r}")
         if not 0 <= self.lifter <= self.n_mels:
@@ -158,6 +166,11 @@ class CodecConfig:
             raise CodecError(f"level0_lda {self.level0_lda} must lie in [0, code_dim={self.code_dim}]")
         if self.level0_split and not self.level0_lda:
             raise CodecError("level0_split needs level0_lda > 0 (the subspace level 0 keeps to itself)")
+
+    @property
+    def level_sizes(self) -> tuple[int, ...]:
+        """Codes per level, c0 first: (level0_codebook_size or codebook_size, codebook_size, ...)."""
+        return (self.level0_codebook_size or self.codebook_size,) + (self.codebook_size,) * (self.num_codebooks - 1)
 
     @classmethod
     def toy(cls) -> "CodecConfig":
@@ -280,6 +293,12 @@ def kmeans(x: torch.Tensor, k: int, iters: int, generator: torch.Generator, init
     return centroids, log_prior
 
 
+def stack_levels(levels: Sequence[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """Per-level tensors (K_q, ...) as one (Q, K, ...) tensor when every level has K codes, else the
+    list (a larger level 0: CodecConfig.level0_codebook_size). Both index and iterate by level."""
+    return torch.stack(list(levels)) if len({t.shape for t in levels}) == 1 else list(levels)
+
+
 class RVQCodec:
     def __init__(self, config: CodecConfig = CodecConfig(), codebooks: torch.Tensor | None = None,
                  mean: torch.Tensor | None = None, std: torch.Tensor | None = None,
@@ -287,11 +306,12 @@ class RVQCodec:
                  level0_centroids: torch.Tensor | None = None) -> None:
         config.validate()
         self.config = config
-        self.codebooks = codebooks  # (Q, K, D) float32 in standardized feature space
+        # (Q, K, D) float32 in standardized feature space, or per level (K_q, D) when level 0 is larger
+        self.codebooks = codebooks
         # (Q, K) log frequency of each code in the fitting data: the rate term of entropy-constrained
         # encoding (unused when config.rate_lambda is 0)
         self.log_prior = (log_prior if log_prior is not None or codebooks is None
-                          else torch.full(codebooks.shape[:2], -math.log(codebooks.shape[1])))
+                          else stack_levels([torch.full(cb.shape[:1], -math.log(cb.shape[0])) for cb in codebooks]))
         self.mean = mean  # (D,)
         self.std = std  # (D,)
         # config.level0_lda > 0: the level-0 assignment space, (D, d) directions and (K, d) centroids
@@ -398,8 +418,8 @@ class RVQCodec:
         if x.shape[0] > c.fit_max_frames:
             keep = torch.randperm(x.shape[0], generator=generator)[:c.fit_max_frames]
             x, lab = x[keep], (lab[keep] if lab is not None else None)
-        if x.shape[0] < c.codebook_size:
-            raise ValueError(f"RVQCodec.fit got {x.shape[0]} frames, fewer than codebook_size {c.codebook_size}")
+        if x.shape[0] < max(c.level_sizes):
+            raise ValueError(f"RVQCodec.fit got {x.shape[0]} frames, fewer than codebook size {max(c.level_sizes)}")
         books, priors = [], []
         resid = x.clone()
         bar = tqdm(total=c.num_codebooks * c.kmeans_iters, desc="codec k-means", disable=not progress)
@@ -407,7 +427,7 @@ class RVQCodec:
             if q == 0 and c.level0_lda:
                 cb, lp, idx = self._fit_level0(x, lab, generator, bar)
             else:
-                cb, lp = kmeans(resid, c.codebook_size, c.kmeans_iters, generator, c.kmeans_init_sample, bar,
+                cb, lp = kmeans(resid, c.level_sizes[q], c.kmeans_iters, generator, c.kmeans_init_sample, bar,
                                 c.rate_lambda)  # (K, D), (K,)
                 idx, _ = _assign(resid, cb, cost=rate_cost(lp, c.rate_lambda, resid.shape[1]))
             resid -= cb[idx]
@@ -417,8 +437,8 @@ class RVQCodec:
             priors.append(lp)
             bar.set_postfix(codebook=q, resid=f"{resid.pow(2).mean().item():.3f}")
         bar.close()
-        self.codebooks = torch.stack(books)  # (Q, K, D)
-        self.log_prior = torch.stack(priors)  # (Q, K)
+        self.codebooks = stack_levels(books)  # (Q, K, D)
+        self.log_prior = stack_levels(priors)  # (Q, K)
         return self
 
     def _fit_level0(self, x: torch.Tensor, labels: torch.Tensor, generator: torch.Generator,
@@ -429,10 +449,11 @@ class RVQCodec:
         c = self.config
         self.level0_basis = lda_basis(x, labels, c.level0_lda)  # (D, d)
         z = x @ self.level0_basis  # (N, d)
-        self.level0_centroids, _ = kmeans(z, c.codebook_size, c.kmeans_iters, generator, c.kmeans_init_sample, bar)
+        k = c.level_sizes[0]
+        self.level0_centroids, _ = kmeans(z, k, c.kmeans_iters, generator, c.kmeans_init_sample, bar)
         idx, _ = _assign(z, self.level0_centroids)  # (N,)
-        counts = torch.bincount(idx, minlength=c.codebook_size).to(x.dtype)  # (K,)
-        cb = torch.zeros(c.codebook_size, x.shape[1]).index_add_(0, idx, x) / counts.clamp_min(1)[:, None]  # (K, D)
+        counts = torch.bincount(idx, minlength=k).to(x.dtype)  # (K,)
+        cb = torch.zeros(k, x.shape[1]).index_add_(0, idx, x) / counts.clamp_min(1)[:, None]  # (K, D)
         lp = (counts / x.shape[0]).clamp_min(1e-3 / x.shape[0]).log()  # (K,)
         return cb, lp, idx
 
@@ -474,8 +495,10 @@ class RVQCodec:
         c = self.config
         if codes.ndim != 2 or codes.shape[1] > c.num_codebooks or codes.shape[1] < 1:
             raise ValueError(f"codes must have shape (T, <= {c.num_codebooks}), got {tuple(codes.shape)}")
-        if codes.numel() and (codes.min() < 0 or codes.max() >= c.codebook_size):
-            raise ValueError(f"codes must lie in [0, {c.codebook_size}), got [{codes.min()}, {codes.max()}]")
+        sizes = torch.tensor(c.level_sizes[:codes.shape[1]])  # (q,)
+        if codes.numel() and (codes.min() < 0 or (codes >= sizes).any()):
+            c0 = f", c0 in [0, {c.level_sizes[0]})" if c.level0_codebook_size else ""
+            raise ValueError(f"codes must lie in [0, {c.codebook_size}){c0}, got [{codes.min()}, {codes.max()}]")
         return codes
 
     def decode_features(self, codes) -> torch.Tensor:
@@ -542,10 +565,17 @@ class RVQCodec:
         self._check_fitted()
         directory = Path(directory)
         with atomic_dir(directory) as tmp:
-            tensors = {"codebooks": self.codebooks.to(codebook_dtype).contiguous(), "mean": self.mean.contiguous(),
-                       "std": self.std.contiguous()}
+            books, priors = self.codebooks, self.log_prior
+            if self.config.level0_codebook_size:  # level 0 apart: (K0, D), then the (Q-1, K, D) residual levels
+                tensors = {"level0_codebook": books[0].to(codebook_dtype).contiguous(),
+                           "level0_log_prior": priors[0].contiguous()}
+                books, priors = torch.stack(list(books[1:])), torch.stack(list(priors[1:]))
+            else:
+                tensors = {}
+            tensors.update({"codebooks": books.to(codebook_dtype).contiguous(), "mean": self.mean.contiguous(),
+                            "std": self.std.contiguous()})
             if self.config.rate_lambda > 0:  # plain k-means codecs keep their two-tensor layout
-                tensors["log_prior"] = self.log_prior.contiguous()
+                tensors["log_prior"] = priors.contiguous()
             if self.config.level0_lda:
                 tensors["level0_basis"] = self.level0_basis.contiguous()
                 tensors["level0_centroids"] = self.level0_centroids.contiguous()
@@ -580,22 +610,31 @@ class RVQCodec:
             tensors = load_file(str(w_path))
         except (SafetensorError, OSError, ValueError) as exc:
             raise CodecError(f"cannot read codec weights {w_path}: {exc}") from exc
-        want = {"codebooks": (config.num_codebooks, config.codebook_size, config.code_dim),
+        apart = bool(config.level0_codebook_size)  # level 0 stored apart from the residual levels
+        k0, stacked = config.level_sizes[0], config.num_codebooks - apart
+        want = {"codebooks": (stacked, config.codebook_size, config.code_dim),
                 "mean": (config.code_dim,), "std": (config.code_dim,)}
+        if apart:
+            want.update(level0_codebook=(k0, config.code_dim), level0_log_prior=(k0,))
         if config.rate_lambda > 0:
-            want["log_prior"] = (config.num_codebooks, config.codebook_size)
+            want["log_prior"] = (stacked, config.codebook_size)
         if config.level0_lda:
             want["level0_basis"] = (config.code_dim, config.level0_lda)
-            want["level0_centroids"] = (config.codebook_size, config.level0_lda)
+            want["level0_centroids"] = (k0, config.level0_lda)
         for key, shape in want.items():
             if key not in tensors:
                 raise CodecError(f"{w_path}: tensor {key!r} missing")
             if tuple(tensors[key].shape) != shape:
                 raise CodecError(f"{w_path}: tensor {key!r} has shape {tuple(tensors[key].shape)}, "
                                  f"config says {shape}")
+        books = tensors["codebooks"].float()
         lp = tensors["log_prior"].float() if "log_prior" in want else None
+        if apart:
+            residual_lp = lp if lp is not None else torch.full(books.shape[:2], -math.log(books.shape[1]))
+            books = [tensors["level0_codebook"].float(), *books]
+            lp = [tensors["level0_log_prior"].float(), *residual_lp]
         l0 = [tensors[k].float() if k in want else None for k in ("level0_basis", "level0_centroids")]
-        return cls(config, tensors["codebooks"].float(), tensors["mean"].float(), tensors["std"].float(), lp, *l0)
+        return cls(config, books, tensors["mean"].float(), tensors["std"].float(), lp, *l0)
 
 
 def cast_codec(src: str | os.PathLike, dst: str | os.PathLike, dtype: torch.dtype) -> Path:

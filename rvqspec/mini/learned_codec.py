@@ -69,6 +69,11 @@ class LearnedCodecConfig:
         return self.analysis.sample_rate
 
     @property
+    def level_sizes(self) -> tuple[int, ...]:
+        """Codes per level (every level the same size; CodecConfig.level_sizes)."""
+        return (self.codebook_size,) * self.num_codebooks
+
+    @property
     def feature_dim(self) -> int:
         return self.analysis.feature_dim
 

@@ -66,10 +66,13 @@ class MiniTTS:
                                     f"(run `rvqspec mini build` or pass model_dir=)")
         model = load_qwen3_tts(model_dir, dtype=dtype)
         codec = RVQCodec.load(codec_dir)
-        cb = int(codec.config.codebook_size)
+        cb, k0 = int(codec.config.codebook_size), int(codec.config.level_sizes[0])
         if model.code_predictor.config.vocab_size != cb:
             raise ValueError(f"{model_dir}: code predictor vocab {model.code_predictor.config.vocab_size} != "
                              f"codec codebook_size {cb} ({codec_dir})")
+        if model.talker.config.vocab_size < k0:
+            raise ValueError(f"{model_dir}: talker codec vocab {model.talker.config.vocab_size} is smaller than "
+                             f"the codec's {k0} level-0 codes ({codec_dir})")
         return cls(model=model, tokenizer=PhonemeTokenizer.load(tok), codec=codec, model_dir=model_dir)
 
     @property
@@ -82,7 +85,8 @@ class MiniTTS:
 
     @property
     def codebook_size(self) -> int:
-        return int(self.codec.config.codebook_size)
+        """Level 0's codes: the talker's c0 vocabulary (the code predictor's is its config's vocab_size)."""
+        return int(self.codec.config.level_sizes[0])
 
     def text_ids(self, text: str, language: str) -> torch.Tensor:
         """Frame-aligned phoneme tokens (T,) for `text` (espeak-ng timing; cached per text)."""

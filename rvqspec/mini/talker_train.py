@@ -113,9 +113,12 @@ class MiniModelConfig:
                    steps=20, batch_utterances=4, max_frames=32)
 
 
-def model_config(cfg: MiniModelConfig, text_vocab_size: int, codebook_size: int) -> Qwen3TTSConfig:
-    """The official-layout config of the mini model: codec control tokens sit after the codebook."""
-    cb = codebook_size
+def model_config(cfg: MiniModelConfig, text_vocab_size: int, codebook_size: int,
+                 level0_size: int | None = None) -> Qwen3TTSConfig:
+    """The official-layout config of the mini model: codec control tokens sit after level 0's codes
+    (`level0_size`, default codebook_size: the talker's c0 vocabulary); the code predictor's heads
+    and embeddings have codebook_size codes (c1..c15)."""
+    cb = level0_size or codebook_size
     t_head_dim = cfg.talker_hidden // cfg.talker_heads
     half = t_head_dim // 2
     # mrope sections must cover head_dim/2 frequencies; TTS passes one position to all three
@@ -129,7 +132,7 @@ def model_config(cfg: MiniModelConfig, text_vocab_size: int, codebook_size: int)
         codec_pad_id=cb, codec_bos_id=cb + 1, codec_eos_token_id=cb + 2, codec_think_id=cb + 3,
         codec_nothink_id=cb + 4, codec_think_bos_id=cb + 5, codec_think_eos_id=cb + 6)
     cp = CodePredictorConfig(
-        vocab_size=cb, hidden_size=cfg.cp_hidden, intermediate_size=cfg.cp_mlp, num_hidden_layers=cfg.cp_layers,
+        vocab_size=codebook_size, hidden_size=cfg.cp_hidden, intermediate_size=cfg.cp_mlp, num_hidden_layers=cfg.cp_layers,
         num_attention_heads=cfg.cp_heads, num_key_value_heads=cfg.cp_kv_heads, head_dim=cfg.cp_hidden // cfg.cp_heads,
         max_position_embeddings=64, talker_hidden_size=cfg.talker_hidden)
     return Qwen3TTSConfig(talker=talker, code_predictor=cp, tts_model_type="mini", tts_model_size="mini",
@@ -179,13 +182,15 @@ def training_batch(texts, codes, idx, max_frames: int, rng: np.random.Generator,
 
 
 def corrupt_history(codes: torch.Tensor, codebook_size: int, residual_p: float, c0_p: float,
-                    generator: torch.Generator) -> torch.Tensor:
+                    generator: torch.Generator, level0_size: int | None = None) -> torch.Tensor:
     """A copy of codes (B, T, 16) for the talker's input: per frame, with probability residual_p
     the codes of levels k0..15 (k0 uniform in 1..15) become random, and with probability c0_p c0
-    does (see MiniModelConfig.history_noise)."""
+    does (see MiniModelConfig.history_noise); a random c0 is one of `level0_size` codes."""
     B, T, n = codes.shape
     out = codes.clone()
     rand = torch.randint(0, codebook_size, codes.shape, generator=generator)  # (B, T, 16)
+    if level0_size and level0_size != codebook_size:  # a larger level 0 (CodecConfig.level0_codebook_size)
+        rand[..., 0] = torch.randint(0, level0_size, (B, T), generator=generator)
     k0 = torch.randint(1, n, (B, T, 1), generator=generator)  # (B, T, 1)
     hit = torch.rand(B, T, 1, generator=generator) < residual_p  # (B, T, 1)
     level = torch.arange(n).view(1, 1, n)  # (1, 1, 16)
@@ -235,15 +240,15 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     tok_path = Path(tokenizer_path) if tokenizer_path else _find_tokenizer(corpus_dir)
     tokenizer = PhonemeTokenizer.load(tok_path)
     codec = load_codec(codec_dir)  # k-means or learned: the model only needs its codebook size
-    cb = int(codec.config.codebook_size)
-    qcfg = model_config(cfg, tokenizer.vocab_size, cb)
+    cb, k0 = int(codec.config.codebook_size), int(codec.config.level_sizes[0])  # residual codes, c0's
+    qcfg = model_config(cfg, tokenizer.vocab_size, cb, k0)
     texts, codes = load_splits(corpus_dir, cfg.train_splits)
     draw_p = (draw_probabilities(load_languages(corpus_dir, cfg.train_splits), cfg.language_share)
               if cfg.language_share else None)  # (N,) or uniform
-    if max(int(c.max()) for c in codes) >= cb:
-        raise ValueError(f"{corpus_dir}: codes exceed the codec's codebook_size {cb}")
+    if max(int(c[:, 1:].max()) for c in codes) >= cb or max(int(c[:, 0].max()) for c in codes) >= k0:
+        raise ValueError(f"{corpus_dir}: codes exceed the codec's codebook sizes (c0 {k0}, c1..c15 {cb})")
 
-    groups = code_sound_groups(texts, codes, tokenizer.tokens, cb) if cfg.c0_sound_weight else None  # (K,)
+    groups = code_sound_groups(texts, codes, tokenizer.tokens, k0) if cfg.c0_sound_weight else None  # (K,)
     g = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     talker, cp = CodeDecoder(qcfg.talker), MultiCodeDecoder(qcfg.code_predictor)
@@ -265,7 +270,7 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     for step in bar:
         idx = rng.choice(len(texts), size=min(cfg.batch_utterances, len(texts)), replace=False, p=draw_p)
         text, code, valid = training_batch(texts, codes, idx, cfg.max_frames, rng, cfg.text_lead)
-        noisy = (corrupt_history(code, cb, cfg.history_noise, cfg.c0_history_noise, g)
+        noisy = (corrupt_history(code, cb, cfg.history_noise, cfg.c0_history_noise, g, k0)
                  if cfg.history_noise or cfg.c0_history_noise else None)
         hidden, logits = teacher_forced_talker(talker, cp, text, code if noisy is None else noisy)
         l0, lc = losses_from_talker(cp, hidden, logits, code, valid, cfg.cp_frames, g)
@@ -290,7 +295,8 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
                    final_train_loss_c0=float(np.mean([h[0] for h in history[-50:]])),
                    final_train_loss_cp=float(np.mean([h[1] for h in history[-50:]])), **refined, **val)
     _save_model_folder(Qwen3TTS(talker=talker, code_predictor=cp, config=qcfg, path=None), tokenizer, out_dir,
-                       dict(config=asdict(cfg), codebook_size=cb, codec=str(codec_dir), metrics=metrics,
+                       dict(config=asdict(cfg), codebook_size=cb, **({"level0_codebook_size": k0} if k0 != cb else {}),
+                            codec=str(codec_dir), metrics=metrics,
                             init_from=str(init_dir) if init_dir else None))
     return metrics
 
