@@ -84,11 +84,6 @@ def teacher_forced_levels(tts: MiniTTS, text: torch.Tensor, codes: torch.Tensor,
     return out
 
 
-def smallest_codewords(tts: MiniTTS) -> torch.Tensor:
-    """(16,) per level the index of the codeword nearest the zero residual."""
-    return tts.codec.smallest_codewords()
-
-
 def read_aloud(recognizer, codec, codes: torch.Tensor) -> tuple[str, list[str] | None]:
     """(English transcript, phonemes or None) of codes (T, 16) decoded by `codec`."""
     audio = np.asarray(codec.decode(codes), dtype=np.float32)
@@ -124,7 +119,7 @@ def main(model_dir: str | None = None, n: int = 20, out: str | None = None,
     ds = corpus[split]
     ds = in_language(ds).select(range(n))
     greedy = Sampling(do_sample=False)
-    silent = smallest_codewords(tts)  # (16,)
+    silent = tts.codec.smallest_codewords()  # (16,)
     res = {v: dict(refs=[], hyps=[], phons=[], c0_agree=[], mse=[]) for v in variants}
     for i, row in enumerate(tqdm(ds, desc="diagnose")):
         text = torch.as_tensor(row["phoneme_frames"], dtype=torch.long)  # (T,)

@@ -39,7 +39,7 @@ def test_teacher_forced_levels_keep_the_true_lower_levels_and_draw_the_rest(worl
 def test_smallest_codewords_are_the_minimum_norm_entries(world):
     diag = load_script("diagnose_intelligibility")
     tts, _, _ = world
-    idx = diag.smallest_codewords(tts)  # (16,)
+    idx = tts.codec.smallest_codewords()  # (16,)
     norms = tts.codec.codebooks.norm(dim=-1)  # (16, K)
     assert idx.shape == (16,)
     assert torch.equal(norms.gather(1, idx.view(-1, 1)).view(-1), norms.min(dim=1).values)
@@ -64,7 +64,7 @@ def test_teacher_forced_c0_modes_greedy_is_the_mode_and_fixed_residuals_are_kept
     diag = load_script("diagnose_intelligibility")
     tts, text, codes = world
     greedy = Sampling(do_sample=False)
-    silent = diag.smallest_codewords(tts)  # (16,)
+    silent = tts.codec.smallest_codewords()  # (16,)
     mode = diag.teacher_forced_codes(tts, text, codes, True, Sampling(), torch.Generator().manual_seed(0),
                                      c0_sampling=greedy)
     again = diag.teacher_forced_codes(tts, text, codes, True, Sampling(), torch.Generator().manual_seed(1),

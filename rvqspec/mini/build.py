@@ -187,10 +187,11 @@ def step_codec(paths: MiniPaths, cfg: BuildConfig) -> dict:
         if codec.config != codec_config:
             raise BuildError(f"--reuse-codec: {paths.codec} was fitted with a different config than this build's")
         meta = json.loads((paths.codec / CODEC_CONFIG_FILE).read_text())
-        if meta.get("fit", {}).get("share") != cfg.codec_share:
+        fit = meta.get("fit", {})
+        if fit.get("share") != cfg.codec_share:
             raise BuildError(f"--reuse-codec: {paths.codec} was fitted with codec share "
-                             f"{meta.get('fit', {}).get('share')}, this build asks for {cfg.codec_share}")
-        n, fit_s = int(meta.get("fit", {}).get("clips", -1)), float(meta.get("fit", {}).get("seconds", float("nan")))
+                             f"{fit.get('share')}, this build asks for {cfg.codec_share}")
+        n, fit_s = int(fit.get("clips", -1)), float(fit.get("seconds", float("nan")))
         saved_quality = meta.get("quality")
     else:
         fit_ds = dd["model_train"]

@@ -565,15 +565,13 @@ class RVQCodec:
         self._check_fitted()
         directory = Path(directory)
         with atomic_dir(directory) as tmp:
-            books, priors = self.codebooks, self.log_prior
+            books, priors, tensors = self.codebooks, self.log_prior, {}
             if self.config.level0_codebook_size:  # level 0 apart: (K0, D), then the (Q-1, K, D) residual levels
-                tensors = {"level0_codebook": books[0].to(codebook_dtype).contiguous(),
-                           "level0_log_prior": priors[0].contiguous()}
+                tensors.update(level0_codebook=books[0].to(codebook_dtype).contiguous(),
+                               level0_log_prior=priors[0].contiguous())
                 books, priors = torch.stack(list(books[1:])), torch.stack(list(priors[1:]))
-            else:
-                tensors = {}
-            tensors.update({"codebooks": books.to(codebook_dtype).contiguous(), "mean": self.mean.contiguous(),
-                            "std": self.std.contiguous()})
+            tensors.update(codebooks=books.to(codebook_dtype).contiguous(), mean=self.mean.contiguous(),
+                           std=self.std.contiguous())
             if self.config.rate_lambda > 0:  # plain k-means codecs keep their two-tensor layout
                 tensors["log_prior"] = priors.contiguous()
             if self.config.level0_lda:
