@@ -17,8 +17,10 @@
 # them (steps.<stage>.seconds; spec, lossless, intelligibility and table3 ran two at a time).
 # `rvqspec mini build` itself took 87 min (steps.corpus / codec, then recognizer beside model).
 #   check      ~1 min   reads the manifest, model and codec: the rebuild is finished, recorded and the
-#                       v4 layout (model 8 / 192 / 5 with the text table as phoneme parts, codec
-#                       1,024 codes, rate_lambda 0.001, level0_lda 64, quarter-frame tokens)
+#                       v6 layout (model 8 / 192 / 5 with the text table as phoneme parts, English at
+#                       half the draws over 9,000 steps; codec 1,024 codes, 2,048 at level 0, English at
+#                       half the fit, rate_lambda 0.001, level0_lda 64; quarter-frame tokens, 6,000
+#                       English model_train sentences)
 #   cast       ~1 min   stores the model in bfloat16 and the codec's codebooks in float16 in place
 #                       (data/ <= 80 MB), recorded as steps.model_cast; before `spec`, because a drafter
 #                       records the hash of the model it was trained for
@@ -267,7 +269,7 @@ SPADE_COMBINED="$RV spade combined --student runs/spade/v4/variants/keep_50%_400
 PROFILE_ACCEPTANCE=${PROFILE_ACCEPTANCE:-runs/real_mini_out/acceptance_lr1e-2.json}
 
 # ------------------------------------------------------------------------------------------ stages
-# check: the rebuild is done, recorded and in the v3 layout. Reads nothing later stages write.
+# check: the rebuild is done, recorded and in the v6 layout. Reads nothing later stages write.
 stage_check() {
   if pgrep -f "rvqspec(\.cli)? mini build" >/dev/null; then
     echo "error: a mini build is still running (it rewrites the manifest):" >&2; pgrep -af "rvqspec(\.cli)? mini build" >&2
@@ -289,12 +291,27 @@ bad = []
 if model.get("config") != rec:
     bad.append("manifest steps.model.config differs from data/mini/model/mini_model.json (model not recorded)")
 if (rec["talker_layers"], rec["cp_hidden"], rec["cp_layers"]) != (8, 192, 5):
-    bad.append("the model is not the v3/v4 layout (talker 8 layers, code predictor 192 x 5)")
+    bad.append("the model is not the v3..v6 layout (talker 8 layers, code predictor 192 x 5)")
 # v4's levers (docs/design.md "The next world built at full scale"): 1,024 codes per level, the
-# talker's tokens resolved to quarter frames, the text table trained as phoneme parts
+# talker's tokens resolved to quarter frames, the text table trained as phoneme parts; v6's
+# (docs/design.md "Candidate v6"): 2,048 codes at level 0, English at half of the codec's fit clips
+# and of the model's draws, 6,000 English model_train sentences, 9,000 steps
 if codec_file.get("codebook_size") != 1024:
-    bad.append(f"the codec does not have 1,024 codes per level (codec_config.json {codec_file.get('codebook_size')})")
-points = m["steps"].get("corpus", {}).get("config", {}).get("corpus", {}).get("tokenizer_points")
+    bad.append(f"the codec does not have 1,024 codes per residual level (codec_config.json {codec_file.get('codebook_size')})")
+if codec_file.get("level0_codebook_size") != 2048:
+    bad.append(f"the codec's level 0 does not have 2,048 codes (codec_config.json level0_codebook_size "
+               f"{codec_file.get('level0_codebook_size')})")
+fit = json.loads(Path("data/mini/codec/codec_config.json").read_text()).get("fit", {})
+if fit.get("share") != {"en": 0.5}:
+    bad.append(f"the codec was not fitted with English at half of its clips (codec_config.json fit.share {fit.get('share')})")
+corpus = m["steps"].get("corpus", {}).get("config", {}).get("corpus", {})
+if corpus.get("model_train_by_language") != {"en": 6000}:
+    bad.append(f"the corpus does not have 6,000 English model_train sentences (manifest steps.corpus "
+               f"model_train_by_language {corpus.get('model_train_by_language')})")
+if rec.get("language_share") != {"en": 0.5} or rec.get("steps") != 9000:
+    bad.append(f"the model is not English at half of the draws over 9,000 steps (mini_model.json language_share "
+               f"{rec.get('language_share')}, steps {rec.get('steps')})")
+points = corpus.get("tokenizer_points")
 if points != 4:
     bad.append(f"the corpus tokens are not quarter-resolved (manifest steps.corpus tokenizer_points {points})")
 if rec.get("text_parts") is not True:

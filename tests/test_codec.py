@@ -220,3 +220,19 @@ def test_smallest_codewords_leave_level0_alone(codec, audios):
     loud = torch.cat([c0, norms[1:].argmax(dim=-1).expand(c0.shape[0], -1)], 1)
     alone = codec.decode_features(c0)
     assert (codec.decode_features(quiet) - alone).abs().mean() < (codec.decode_features(loud) - alone).abs().mean()
+
+
+def test_assignment_matches_brute_force_distances():
+    """The fused assignment (|c|^2 + cost - 2 x.c per chunk) picks the brute-force nearest centroid,
+    with and without a rate cost, and returns plain squared distances, across chunk boundaries."""
+    from rvqspec.mini.codec import _assign
+    g = torch.Generator().manual_seed(3)
+    x, c = torch.randn(300, 8, generator=g), torch.randn(20, 8, generator=g)  # (N, D), (K, D)
+    cost = torch.rand(20, generator=g) * 4  # (K,)
+    d = ((x[:, None, :] - c[None]) ** 2).sum(-1)  # (N, K)
+    for k in (None, cost):
+        idx, dist = _assign(x, c, chunk=64, cost=k)
+        want = (d if k is None else d + k).argmin(1)
+        assert torch.equal(idx, want)
+        assert torch.allclose(dist, d.gather(1, want[:, None])[:, 0], atol=1e-4)
+    assert not torch.equal(_assign(x, c, cost=cost)[0], d.argmin(1))  # the cost moves some codes

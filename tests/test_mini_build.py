@@ -460,3 +460,25 @@ def test_codec_share_fits_on_the_language_share_and_guards_reuse(toy, tmp_path):
     assert abs(sum(fit["languages"].values()) - 2 * english) <= len(fit["languages"])  # others: rounded equal shares
     with pytest.raises(BuildError, match="codec share"):
         build(mine, BuildConfig(toy=True, steps=("codec",), progress=False, reuse_codec=True), log=lambda s: None)
+
+
+def test_the_model_takes_late_threads_at_its_fixed_step(toy, tmp_path, monkeypatch):
+    """MiniModelConfig.late_threads: the thread count changes at late_threads_step, not before, and
+    never without it (0); the switch is recorded in the config."""
+    from dataclasses import replace
+
+    import rvqspec.mini.talker_train as tt
+
+    paths, _ = toy
+    calls = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(tt.torch, "set_num_threads", lambda n: (calls.append(n), real(1))[1])
+    cfg = replace(tt.MiniModelConfig.toy(), steps=4, threads=1, late_threads=2, late_threads_step=3)
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "late", config=cfg, tokenizer_path=paths.tokenizer)
+    assert calls == [1, 2]
+    rec = json.loads((tmp_path / "late" / "mini_model.json").read_text())
+    assert (rec["config"]["late_threads"], rec["config"]["late_threads_step"]) == (2, 3)
+    calls.clear()
+    tt.train_mini_model(paths.corpus, paths.codec, tmp_path / "plain", config=replace(cfg, late_threads=0),
+                        tokenizer_path=paths.tokenizer)
+    assert calls == [1]

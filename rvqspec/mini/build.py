@@ -318,7 +318,7 @@ def build(paths: MiniPaths = MiniPaths(), cfg: BuildConfig = BuildConfig(),
             if step == side:
                 log(f"[mini build] step {step} ... (in a second process, beside the model)")
                 pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-                future = pool.submit(_timed_step, step, paths, cfg)
+                future = pool.submit(_timed_step, step, paths, cfg, 1)  # one core, the model has the other
                 continue
             log(f"[mini build] step {step} ...")
             manifest = _record(paths, cfg, manifest, done, step, _timed_step(step, paths, cfg), log)
@@ -330,9 +330,10 @@ def build(paths: MiniPaths = MiniPaths(), cfg: BuildConfig = BuildConfig(),
     return manifest
 
 
-def _timed_step(step: str, paths: MiniPaths, cfg: BuildConfig) -> dict:
-    if cfg.threads:  # every step sets them: the recognizer may run in a fresh process
-        torch.set_num_threads(cfg.threads)
+def _timed_step(step: str, paths: MiniPaths, cfg: BuildConfig, threads: int | None = None) -> dict:
+    threads = threads or cfg.threads
+    if threads:  # every step sets them: the recognizer may run in a fresh process
+        torch.set_num_threads(threads)
     t0 = time.time()
     entry = STEP_FUNCTIONS[step](paths, cfg)
     entry["seconds"] = round(time.time() - t0, 1)

@@ -104,6 +104,12 @@ class MiniModelConfig:
     max_frames: int = 80  # longer utterances are cropped to a random window
     seed: int = 0
     threads: int = 1  # 2 threads oversubscribe a shared 2-core machine
+    # From step `late_threads_step` on, `late_threads` torch threads (0: `threads` throughout). The
+    # build trains the recognizer beside the model's first steps, one core each (BuildConfig.parallel);
+    # once it has finished the model can take both cores. A fixed step, not the recognizer's end, so
+    # the model's arithmetic does not depend on how the build was scheduled.
+    late_threads: int = 0
+    late_threads_step: int = 0
 
     @classmethod
     def toy(cls) -> "MiniModelConfig":
@@ -268,6 +274,8 @@ def train_mini_model(corpus_dir: str | Path, codec_dir: str | Path, out_dir: str
     history = []
     bar = tqdm(range(cfg.steps), desc="mini model", unit="step")
     for step in bar:
+        if cfg.late_threads and step == cfg.late_threads_step:
+            torch.set_num_threads(cfg.late_threads)
         idx = rng.choice(len(texts), size=min(cfg.batch_utterances, len(texts)), replace=False, p=draw_p)
         text, code, valid = training_batch(texts, codes, idx, cfg.max_frames, rng, cfg.text_lead)
         noisy = (corrupt_history(code, cb, cfg.history_noise, cfg.c0_history_noise, g, k0)
