@@ -41,9 +41,9 @@ def main() -> None:
     codec = RVQCodec.load(a.codec)
     ds = load_corpus(a.corpus, need_audio=True)["model_train"]
     ds = ds.select(range(min(a.clips, len(ds)))).with_format("numpy")
-    x = torch.cat([codec.standardize(codec.features(np.asarray(au, dtype=np.float32))) for au in ds["audio"]])
-    level0 = (_assign(x @ codec.level0_basis, codec.level0_centroids)[0] if codec.config.level0_lda
-              else _assign(x, codec.codebooks[0].float())[0])
+    feats = torch.cat([codec.features(np.asarray(au, dtype=np.float32)) for au in ds["audio"]])  # (N, S*M)
+    level0 = codec.encode_features(feats)[:, 0]  # (N,): the codec's own level-0 assignment
+    x = codec.standardize(feats)  # (N, D)
     resid = x - codec.codebooks[0].float()[level0]  # (N, D): what level 1 quantizes
     cb = codec.codebooks[1].float()  # (K, D)
     cost = rate_cost(codec.log_prior[1].float(), codec.config.rate_lambda, x.shape[1])

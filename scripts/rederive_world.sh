@@ -281,7 +281,8 @@ import json, sys
 from pathlib import Path
 m = json.loads(Path("data/mini/manifest.json").read_text())
 rec = json.loads(Path("data/mini/model/mini_model.json").read_text())["config"]
-codec_file = json.loads(Path("data/mini/codec/codec_config.json").read_text())["config"]
+codec_meta = json.loads(Path("data/mini/codec/codec_config.json").read_text())
+codec_file, fit = codec_meta["config"], codec_meta.get("fit", {})
 model = m["steps"].get("model", {})
 codec = m["steps"].get("codec", {}).get("config", {}).get("codec", {})
 print(f"    model: talker {rec['talker_layers']} x {rec['talker_hidden']}, code predictor {rec['cp_layers']} x "
@@ -301,7 +302,6 @@ if codec_file.get("codebook_size") != 1024:
 if codec_file.get("level0_codebook_size") != 2048:
     bad.append(f"the codec's level 0 does not have 2,048 codes (codec_config.json level0_codebook_size "
                f"{codec_file.get('level0_codebook_size')})")
-fit = json.loads(Path("data/mini/codec/codec_config.json").read_text()).get("fit", {})
 if fit.get("share") != {"en": 0.5}:
     bad.append(f"the codec was not fitted with English at half of its clips (codec_config.json fit.share {fit.get('share')})")
 corpus = m["steps"].get("corpus", {}).get("config", {}).get("corpus", {})
