@@ -16,11 +16,10 @@
 # predictor, 1,024 codes) on the shared 2-core box, one thread unless stated, as its manifest records
 # them (steps.<stage>.seconds; spec, lossless, intelligibility and table3 ran two at a time).
 # `rvqspec mini build` itself took 87 min (steps.corpus / codec, then recognizer beside model).
-#   check      ~1 min   reads the manifest, model and codec: the rebuild is finished, recorded and the
-#                       v6 layout (model 8 / 192 / 5 with the text table as phoneme parts, English at
-#                       half the draws over 9,000 steps; codec 1,024 codes, 2,048 at level 0, English at
-#                       half the fit, rate_lambda 0.001, level0_lda 64; quarter-frame tokens, 6,000
-#                       English model_train sentences)
+#   check      ~1 min   mini verify, then rvqspec/mini/recipe.py: the rebuild is finished, recorded and the
+#                       build's default recipe (every field of BuildConfig()'s codec, corpus and model
+#                       configs as codec_config.json, the manifest and mini_model.json record them, and
+#                       the codec's fit share; the model's thread schedule aside)
 #   cast       ~1 min   stores the model in bfloat16 and the codec's codebooks in float16 in place
 #                       (data/ <= 80 MB), recorded as steps.model_cast; before `spec`, because a drafter
 #                       records the hash of the model it was trained for
@@ -276,58 +275,18 @@ stage_check() {
     [[ -n "${FORCE:-}" ]] || exit 1
   fi
   run_cmd check-verify "$RV mini verify"
-  "$PY" - <<'EOF' || [[ -n "${FORCE:-}" ]]
-import json, sys
+  "$PY" - <<'EOF'
+import json
 from pathlib import Path
-m = json.loads(Path("data/mini/manifest.json").read_text())
 rec = json.loads(Path("data/mini/model/mini_model.json").read_text())["config"]
-codec_meta = json.loads(Path("data/mini/codec/codec_config.json").read_text())
-codec_file, fit = codec_meta["config"], codec_meta.get("fit", {})
-model = m["steps"].get("model", {})
-codec = m["steps"].get("codec", {}).get("config", {}).get("codec", {})
+codec = json.loads(Path("data/mini/codec/codec_config.json").read_text())["config"]
 print(f"    model: talker {rec['talker_layers']} x {rec['talker_hidden']}, code predictor {rec['cp_layers']} x "
       f"{rec['cp_hidden']} ({'identity' if rec['cp_hidden'] == rec['talker_hidden'] else 'Linear'} projection), "
-      f"{rec['steps']} steps; codec rate_lambda {codec.get('rate_lambda')}, level0_lda {codec_file.get('level0_lda')}")
-bad = []
-if model.get("config") != rec:
-    bad.append("manifest steps.model.config differs from data/mini/model/mini_model.json (model not recorded)")
-if (rec["talker_layers"], rec["cp_hidden"], rec["cp_layers"]) != (8, 192, 5):
-    bad.append("the model is not the v3..v6 layout (talker 8 layers, code predictor 192 x 5)")
-# v4's levers (docs/design.md "The next world built at full scale"): 1,024 codes per level, the
-# talker's tokens resolved to quarter frames, the text table trained as phoneme parts; v6's
-# (docs/design.md "Candidate v6"): 2,048 codes at level 0, English at half of the codec's fit clips
-# and of the model's draws, 6,000 English model_train sentences, 9,000 steps
-if codec_file.get("codebook_size") != 1024:
-    bad.append(f"the codec does not have 1,024 codes per residual level (codec_config.json {codec_file.get('codebook_size')})")
-if codec_file.get("level0_codebook_size") != 2048:
-    bad.append(f"the codec's level 0 does not have 2,048 codes (codec_config.json level0_codebook_size "
-               f"{codec_file.get('level0_codebook_size')})")
-if fit.get("share") != {"en": 0.5}:
-    bad.append(f"the codec was not fitted with English at half of its clips (codec_config.json fit.share {fit.get('share')})")
-corpus = m["steps"].get("corpus", {}).get("config", {}).get("corpus", {})
-if corpus.get("model_train_by_language") != {"en": 6000}:
-    bad.append(f"the corpus does not have 6,000 English model_train sentences (manifest steps.corpus "
-               f"model_train_by_language {corpus.get('model_train_by_language')})")
-if rec.get("language_share") != {"en": 0.5} or rec.get("steps") != 9000:
-    bad.append(f"the model is not English at half of the draws over 9,000 steps (mini_model.json language_share "
-               f"{rec.get('language_share')}, steps {rec.get('steps')})")
-points = corpus.get("tokenizer_points")
-if points != 4:
-    bad.append(f"the corpus tokens are not quarter-resolved (manifest steps.corpus tokenizer_points {points})")
-if rec.get("text_parts") is not True:
-    bad.append("the model's text table is not trained as phoneme parts (mini_model.json config.text_parts)")
-if codec.get("rate_lambda") != 0.001:
-    bad.append("the codec is not the rate_lambda = 0.001 one")
-# v3's level 0 is phonetic (c0 by k-means in 64 Fisher-discriminant directions, RVQCodec's
-# level0_lda): codec_config.json config.level0_lda,
-# recorded as manifest steps.codec.config.codec.level0_lda (mini verify checks that they agree)
-if codec_file.get("level0_lda") != 64 or codec.get("level0_lda") != 64:
-    bad.append(f"the codec is not the level0_lda = 64 one (codec_config.json {codec_file.get('level0_lda')}, "
-               f"manifest {codec.get('level0_lda')})")
-for b in bad:
-    print("error:", b, file=sys.stderr)
-sys.exit(1 if bad else 0)
+      f"{rec['steps']} steps; codec {codec['codebook_size']} codes ({codec.get('level0_codebook_size') or codec['codebook_size']} "
+      f"at level 0), rate_lambda {codec['rate_lambda']}, level0_lda {codec.get('level0_lda')}")
 EOF
+  # the rebuild is the build's own recipe (rvqspec/mini/recipe.py): every field of BuildConfig()'s configs
+  "$PY" -m rvqspec.mini.recipe data/mini || [[ -n "${FORCE:-}" ]]
 }
 
 # cast: data/'s budget (80 MB) holds the 1,024-code world only with the model in bfloat16 and the
