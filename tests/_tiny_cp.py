@@ -8,15 +8,16 @@ from rvqspec.core.model import MultiCodeDecoder, causal_mask
 
 
 def tiny_code_predictor(vocab: int = 16, hidden: int = 32, layers: int = 2, talker_hidden: int | None = None,
-                        seed: int = 0, head_scale: float = 3.0) -> MultiCodeDecoder:
-    """Random MultiCodeDecoder with a random c0 embedding; LM heads scaled so that distributions are
-    peaked enough for drafts to be accepted sometimes."""
+                        seed: int = 0, head_scale: float = 3.0, c0_vocab: int | None = None) -> MultiCodeDecoder:
+    """Random MultiCodeDecoder with a random c0 embedding of `c0_vocab` codes (default: `vocab`; level 0
+    may have its own codebook size); LM heads scaled so that distributions are peaked enough for
+    drafts to be accepted sometimes."""
     torch.manual_seed(seed)
     cfg = CodePredictorConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                               num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                               head_dim=hidden // 4, talker_hidden_size=talker_hidden or hidden)
     cp = MultiCodeDecoder(cfg).eval()
-    cp.set_c0_embedding(torch.nn.Embedding(vocab, cfg.talker_hidden_size))
+    cp.set_c0_embedding(torch.nn.Embedding(c0_vocab or vocab, cfg.talker_hidden_size))
     with torch.no_grad():
         for h in cp.lm_head:
             h.weight.mul_(head_scale)

@@ -118,6 +118,34 @@ def test_round_graph_same_codes_on_every_backend(world, onnx_graphs, tree, setti
     assert min(calls) < 15  # drafts were accepted: the test covers paths, compaction and bonus tokens
 
 
+def test_graphs_take_a_c0_outside_the_residual_vocabulary(tmp_path):
+    """Level 0 may have more codes than the residual levels (the mini world v6: 2,048 against 1,024).
+    Both graphs embed such a c0 with the talker's table and give the decoders' codes; the round graph
+    once matched round 0 against a point mass on c0 itself and returned count 0 for every c0 >= V."""
+    from rvqspec.export.onnx import OnnxGraph, export_module
+
+    cp = tiny_code_predictor(vocab=V, hidden=32, layers=2, seed=2, head_scale=3.0, c0_vocab=4 * V)
+    drafter = randomize_drafter(PositionOffsets(3, 32, V), seed=3, scale=0.5)
+    rg, fg = spec_round_graph(cp, TREES["wide"], drafter), frame_graph(cp)
+    export_module(rg, tmp_path / "round.onnx")
+    export_module(fg, tmp_path / "frame.onnx")
+    org, ofg = OnnxGraph(tmp_path / "round.onnx"), OnnxGraph(tmp_path / "frame.onnx")
+    spec, a, s = SpeculativeCodePredictor(cp, drafter, TREES["wide"]), ar_graph(cp), Sampling()
+    g = torch.Generator().manual_seed(5)
+    for i, c0 in enumerate([V, 2 * V + 3, 4 * V - 1, 1]):
+        th = torch.randn(1, 1, 32, generator=g)
+        want, _ = spec.generate_frame(th, torch.tensor([[c0]]), s, torch.Generator().manual_seed(i))
+        eager, _ = graph_spec_frame(module_call(rg), rg, th, c0, s, torch.Generator().manual_seed(i))
+        onnx, _ = graph_spec_frame(org, rg, th, c0, s, torch.Generator().manual_seed(i))
+        assert eager == want[0].tolist() and onnx == eager, f"c0 {c0}: {eager} / {onnx} / decoder {want.tolist()}"
+        host = ar_frame(torch_call(a), a, cp, th, c0, s, torch.Generator().manual_seed(i))
+        assert graph_ar_frame(ofg, fg, th, c0, s, torch.Generator().manual_seed(i)) == host, f"c0 {c0}"
+    # the c0 reaches the codes: another c0 (same hidden state, same noise), other greedy frames
+    th = torch.randn(1, 1, 32, generator=g)
+    greedy = {tuple(graph_spec_frame(org, rg, th, c0, Sampling.greedy())[0]) for c0 in (V, 2 * V, 3 * V, 4 * V - 1)}
+    assert len(greedy) > 1
+
+
 def test_host_loop_over_onnx_equals_round_graph(world, onnx_graphs):
     """The ONNX host loop (fused graph + `accept` on the host) and the whole-round ONNX graph
     (`accept` in the graph) draw the same noise and give the same codes."""

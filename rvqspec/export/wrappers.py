@@ -602,12 +602,16 @@ class SpecRoundGraph(nn.Module):
         kpm = torch.where(self.slots < cl, 0.0, MASK_VALUE).to(dt).unsqueeze(0)  # (1, S)
         logits, ku, vu, hid, all_logits = r(e.unsqueeze(0), cache_length, kpm, key_cache, value_cache)
         scores = warp_tensor(logits[0], temperature, top_k, top_p_tail)  # (q, V)
-        point = torch.where(self.vocab == tok[1], 0.0, float("-inf"))  # (V,) round 0: the root "samples" c0
+        # round 0: the root "samples" c0, as a point mass on code 0 of the residual vocabulary against
+        # which node (0,) is matched as code 0: c0 itself may lie outside it (level 0 has its own
+        # codebook: 2,048 codes against 1,024 in the mini world v6). The embedding above used c0.
+        point = torch.where(self.vocab == 0, 0.0, float("-inf"))  # (V,)
         scores = torch.where(root & first, point.unsqueeze(0), scores)
+        drafted = torch.where(first & (self.nodes == 1), torch.zeros_like(tok), tok)  # (q,) tokens matched
         # (q,) never past c15; round 0: only (0,) (logical ops: onnxruntime has no boolean Where,
         # Core ML's converter no `|`)
         valid = torch.logical_or(first & (self.nodes == 1), ~first & (m + self.depth_l <= n))
-        _, ok, last, token = accept(scores.unsqueeze(0), noise.to(torch.float32), tok.unsqueeze(0), valid,
+        _, ok, last, token = accept(scores.unsqueeze(0), noise.to(torch.float32), drafted.unsqueeze(0), valid,
                                     self.parent, self.strict_anc, self.depth_l, self.sibling_before)
         a = self.depth_l.index_select(0, last)  # (1,) accepted drafted nodes
         # cols[k] = the accepted node at depth k (0 = root); at most one per depth (one chain)
