@@ -2,14 +2,11 @@
 named field by field (the rederive script's `check` stage runs it before anything is re-derived)."""
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 
 from rvqspec.mini.build import BuildConfig
-from rvqspec.mini.recipe import differences
+from rvqspec.mini.recipe import differences, main
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "mini"
@@ -71,14 +68,15 @@ def test_another_default_recipe_is_a_negative_control():
     assert any("fit.share is" in f and "'de': 0.25" in f for f in found), found
 
 
-def test_cli_exit_codes(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "rvqspec.mini.recipe", *a], cwd=REPO,
-                                    capture_output=True, text=True, timeout=120)
-    assert run(str(DATA)).returncode == 0
-    missing = run(str(tmp_path / "nowhere"))
-    assert missing.returncode == 2 and "nowhere" in missing.stderr and "Traceback" not in missing.stderr
-    assert len(missing.stderr.strip().splitlines()) == 1
+def test_cli_exit_codes(tmp_path, capsys):
+    """`python -m rvqspec.mini.recipe DIR` (its `main`): 0 on the committed world, 1 with one line per
+    difference, 2 with one line naming the folder when the records cannot be read."""
+    assert main([str(DATA)]) == 0
+    capsys.readouterr()
+    assert main([str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     world = _records(tmp_path)
     _edit(world / "codec" / "codec_config.json", lambda doc: doc["config"].update(rate_lambda=0.5))
-    changed = run(str(world))
-    assert changed.returncode == 1 and "rate_lambda is 0.5" in changed.stderr
+    assert main([str(world)]) == 1
+    assert "rate_lambda is 0.5" in capsys.readouterr().err
