@@ -4,7 +4,6 @@ import json
 import shutil
 from pathlib import Path
 
-
 from rvqspec.mini.build import BuildConfig
 from rvqspec.mini.recipe import differences, main
 
